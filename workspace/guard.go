@@ -1,0 +1,228 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+)
+
+// Reasons a Local path is refused; they are stable and machine-readable.
+const (
+	ReasonNotAbsolute    = "path_not_absolute"
+	ReasonNotClean       = "path_not_clean"
+	ReasonNotFound       = "path_not_found"
+	ReasonNotDirectory   = "path_not_directory"
+	ReasonNotWritable    = "path_not_writable"
+	ReasonSystem         = "path_system"
+	ReasonOverlapsServer = "path_overlaps_server"
+)
+
+// PathError is a refused Local path. Reason is machine-readable, Message says
+// to a person what is wrong and Hint how to fix it.
+type PathError struct {
+	Path    string
+	Reason  string
+	Message string
+	Hint    string
+}
+
+func (e *PathError) Error() string {
+	return fmt.Sprintf("workspace: path %q refused (%s): %s", e.Path, e.Reason, e.Message)
+}
+
+// systemTrees are top-level folders refused together with everything below
+// them; any top-level folder whose name starts with "lib" is refused too.
+var systemTrees = map[string]bool{
+	"etc": true, "proc": true, "sys": true, "dev": true, "boot": true,
+	"usr": true, "bin": true, "sbin": true, "root": true, "run": true, "snap": true,
+}
+
+// systemVarTrees are folders under /var refused with everything below them.
+var systemVarTrees = map[string]bool{
+	"lib": true, "log": true, "cache": true, "spool": true, "run": true,
+}
+
+// systemExact are refused themselves, while a folder below them is fine: a
+// project in /srv/code is ordinary, a project that is all of /srv is not.
+var systemExact = map[string]bool{
+	"/": true, "/home": true, "/mnt": true, "/media": true, "/opt": true,
+	"/srv": true, "/tmp": true, "/var": true, "/var/tmp": true,
+}
+
+// CheckLexical applies the part of the guard that needs no I/O: the path must
+// be absolute, clean, outside the system folders and must not overlap the
+// server's folders or the managed root. It returns a *PathError or nil.
+func (w *Workspaces) CheckLexical(path string) error {
+	if pe := w.lexical(path); pe != nil {
+		return pe
+	}
+	return nil
+}
+
+func (w *Workspaces) lexical(p string) *PathError {
+	if !filepath.IsAbs(p) {
+		return &PathError{Path: p, Reason: ReasonNotAbsolute,
+			Message: "The path must be absolute, starting with /.",
+			Hint:    "Type the full path of the folder as the server sees it, for example /srv/code/app."}
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return &PathError{Path: p, Reason: ReasonNotClean,
+			Message: "The path contains a NUL byte.",
+			Hint:    "Type the path again without control characters."}
+	}
+	if clean := filepath.Clean(p); clean != p {
+		hint := "Write the path without . or .. parts, doubled slashes or a trailing slash."
+		if w.lexical(clean) == nil {
+			hint += fmt.Sprintf(" Did you mean %s?", clean)
+		}
+		return &PathError{Path: p, Reason: ReasonNotClean,
+			Message: "The path must be written plainly: no . or .. parts, no doubled or trailing slashes.",
+			Hint:    hint}
+	}
+	if isSystem(p) {
+		return &PathError{Path: p, Reason: ReasonSystem,
+			Message: "The path is a system folder or lies inside one; commands run in a project there could change the server itself.",
+			Hint:    ownFolderHint}
+	}
+	for _, g := range w.guard {
+		var msg string
+		switch {
+		case p == g:
+			msg = "The path is one of the server's own folders."
+		case within(p, g):
+			msg = "The path lies inside one of the server's own folders."
+		case within(g, p):
+			msg = "The path contains one of the server's own folders."
+		default:
+			continue
+		}
+		return &PathError{Path: p, Reason: ReasonOverlapsServer, Message: msg, Hint: ownFolderHint}
+	}
+	return nil
+}
+
+const ownFolderHint = "Choose a folder of your own outside the system's and the server's folders, for example /srv/code/app."
+
+// isSystem reports whether the clean absolute path p is a system folder or
+// lies below one that is refused as a whole tree.
+func isSystem(p string) bool {
+	if systemExact[p] {
+		return true
+	}
+	first, rest, _ := strings.Cut(p[1:], "/")
+	if systemTrees[first] || strings.HasPrefix(first, "lib") {
+		return true
+	}
+	if first == "var" {
+		second, _, _ := strings.Cut(rest, "/")
+		return systemVarTrees[second]
+	}
+	return false
+}
+
+// within reports whether the clean absolute path p equals dir or lies below
+// it, comparing whole components: /srv/application is not within /srv/app,
+// and everything is within /.
+func within(p, dir string) bool {
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
+}
+
+// CheckLocal is the full guard run when a Local project is created: the
+// lexical checks, then the disk. The folder must exist, be a directory (a
+// symlink to one counts), lead through its symlinks to a place that passes
+// the lexical checks too, and be writable and searchable by the server's own
+// account. It returns a *PathError for anything the person can fix, or
+// another error when the disk fails in a way they cannot. It writes nothing.
+func (w *Workspaces) CheckLocal(path string) error {
+	if pe := w.lexical(path); pe != nil {
+		return pe
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return diskRefusal(path, err)
+	}
+	if !fi.IsDir() {
+		return &PathError{Path: path, Reason: ReasonNotDirectory,
+			Message: "The path is a file, not a folder.",
+			Hint:    "Give the path of a folder. " + mountHint(path)}
+	}
+	// Resolve before the access check, so a link into /etc is reported as
+	// a system folder whatever account the server runs as.
+	resolved, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return diskRefusal(path, err)
+	}
+	if resolved != path {
+		if pe := w.lexical(resolved); pe != nil {
+			pe.Path = path
+			pe.Message = fmt.Sprintf("The path leads through a symbolic link to %s. %s", resolved, pe.Message)
+			return pe
+		}
+	}
+	if err := unix.Access(resolved, unix.W_OK|unix.X_OK); err != nil {
+		return diskRefusal(path, err)
+	}
+	return nil
+}
+
+// diskRefusal turns a failed stat, symlink walk or access check into the
+// refusal a person can act on, or passes an unexpected failure through.
+func diskRefusal(path string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR),
+		errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENAMETOOLONG):
+		return &PathError{Path: path, Reason: ReasonNotFound,
+			Message: "No folder exists at this path inside the server's container.",
+			Hint:    mountHint(path)}
+	case errors.Is(err, unix.EROFS):
+		return &PathError{Path: path, Reason: ReasonNotWritable,
+			Message: "The folder is mounted read-only, so the server cannot write to it.",
+			Hint:    writableHint(path)}
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return &PathError{Path: path, Reason: ReasonNotWritable,
+			Message: "The server's account may not write to this folder.",
+			Hint:    writableHint(path)}
+	}
+	return fmt.Errorf("workspace: check %q: %w", path, err)
+}
+
+func mountHint(path string) string {
+	return "Mount it into the Atelier container at the same path: under `volumes:` of the atelier service in compose.yaml add " + composeLine(path) + "."
+}
+
+func writableHint(path string) string {
+	return "Mount it writable (without :ro) into the Atelier container at the same path: under `volumes:` of the atelier service in compose.yaml add " +
+		composeLine(path) + ", and let the account the server runs as write to it."
+}
+
+// composeLine renders the volumes entry that mounts path at the same path.
+// A path Compose's short syntax or the hint's own quoting cannot carry (a
+// colon, a backquote, control characters, bytes that are not UTF-8) gets a
+// placeholder; one YAML would misread is double-quoted.
+func composeLine(path string) string {
+	placeholder := "`- /path/on/host:/path/on/host` with the folder's absolute path on both sides"
+	if !utf8.ValidString(path) {
+		return placeholder
+	}
+	plain := true
+	for _, r := range path {
+		switch {
+		case r == ':' || r == '`' || r < 0x20 || r == 0x7f:
+			return placeholder
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune("/._-+@~", r):
+		default:
+			plain = false
+		}
+	}
+	entry := path + ":" + path
+	if !plain {
+		entry = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(entry) + `"`
+	}
+	return "`- " + entry + "`"
+}
