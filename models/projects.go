@@ -1,0 +1,231 @@
+package models
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// Project workspace modes and statuses, as stored.
+const (
+	ModeContainer = "container"
+	ModeLocal     = "local"
+
+	StatusActive   = "active"
+	StatusArchived = "archived"
+)
+
+var dirNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Project is one codebase. WorkspaceMode and WorkspacePath are one decision
+// (ADR 0072): the path is set exactly when the mode is local. The tags repeat
+// the migration's CHECKs so the struct documents the table it maps.
+type Project struct {
+	ID               int64      `json:"id"`
+	Name             string     `json:"name" gorm:"check:projects_name_length,char_length(name) BETWEEN 1 AND 100"`
+	WorkspaceDirName string     `json:"workspaceDirName" gorm:"check:projects_workspace_dir_name_format,workspace_dir_name ~ '^[A-Za-z0-9_-]{1,64}$'"`
+	WorkspaceMode    string     `json:"workspaceMode" gorm:"default:container;check:projects_workspace_mode_known,workspace_mode IN ('container', 'local')"`
+	WorkspacePath    *string    `json:"workspacePath" gorm:"check:projects_workspace_path_matches_mode,(workspace_mode = 'local') = (workspace_path IS NOT NULL)"`
+	Status           string     `json:"status" gorm:"default:active"`
+	CreatedBy        *int64     `json:"createdBy"`
+	CreatedAt        time.Time  `json:"createdAt"`
+	ArchivedAt       *time.Time `json:"archivedAt"`
+}
+
+// Validate mirrors the projects table's CHECKs.
+func (p *Project) Validate() error {
+	switch {
+	case p.Name == "" || len([]rune(p.Name)) > 100:
+		return fmt.Errorf("%w: a project name has 1 to 100 characters", ErrInvalid)
+	case !dirNamePattern.MatchString(p.WorkspaceDirName):
+		return fmt.Errorf("%w: workspace dir name %q does not match %s", ErrInvalid, p.WorkspaceDirName, dirNamePattern)
+	case p.WorkspaceMode != ModeContainer && p.WorkspaceMode != ModeLocal:
+		return fmt.Errorf("%w: workspace mode %q is neither container nor local", ErrInvalid, p.WorkspaceMode)
+	case (p.WorkspaceMode == ModeLocal) != (p.WorkspacePath != nil):
+		return fmt.Errorf("%w: a local project needs a path and a container project has none", ErrInvalid)
+	case p.Status != StatusActive && p.Status != StatusArchived:
+		return fmt.Errorf("%w: project status %q", ErrInvalid, p.Status)
+	case (p.Status == StatusArchived) != (p.ArchivedAt != nil):
+		return fmt.Errorf("%w: archived_at is set exactly when archived", ErrInvalid)
+	}
+	return nil
+}
+
+// BeforeSave runs Validate for every write through GORM.
+func (p *Project) BeforeSave(*gorm.DB) error { return p.Validate() }
+
+// Archived reports whether the project is read-only.
+func (p *Project) Archived() bool { return p.Status == StatusArchived }
+
+// CreateProject inserts p with its first member, the owner.
+func (s *Store) CreateProject(ctx context.Context, p *Project, ownerID int64) error {
+	if p.Status == "" {
+		p.Status = StatusActive
+	}
+	err := s.Tx(ctx, func(tx *Store) error {
+		if err := tx.db.Create(p).Error; err != nil {
+			return err
+		}
+		return tx.db.Create(&Member{ProjectID: p.ID, UserID: ownerID, Role: RoleOwner}).Error
+	})
+	if err != nil {
+		return fmt.Errorf("models: create project %q: %w", p.Name, translate(err))
+	}
+	return nil
+}
+
+// ProjectByID returns the project or ErrNotFound.
+func (s *Store) ProjectByID(ctx context.Context, id int64) (*Project, error) {
+	var p Project
+	if err := s.db.WithContext(ctx).First(&p, id).Error; err != nil {
+		return nil, fmt.Errorf("models: project %d: %w", id, translate(err))
+	}
+	return &p, nil
+}
+
+// MemberProject is a project as one member sees it.
+type MemberProject struct {
+	Project
+	Role string `json:"role"`
+}
+
+// ProjectsOf lists the projects userID belongs to, active ones first.
+func (s *Store) ProjectsOf(ctx context.Context, userID int64) ([]MemberProject, error) {
+	var ps []MemberProject
+	err := s.db.WithContext(ctx).Table("projects").
+		Select("projects.*, project_members.role").
+		Joins("JOIN project_members ON project_members.project_id = projects.id").
+		Where("project_members.user_id = ?", userID).
+		Order("projects.status, lower(projects.name), projects.id").
+		Scan(&ps).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: projects of user %d: %w", userID, err)
+	}
+	return ps, nil
+}
+
+// ArchiveProject marks the project archived; archiving twice is a no-op.
+func (s *Store) ArchiveProject(ctx context.Context, id int64, at time.Time) error {
+	// UpdateColumns skips BeforeSave, which checks whole rows; the
+	// table's CHECKs still guard this partial write.
+	err := s.db.WithContext(ctx).Model(&Project{}).
+		Where("id = ? AND status = ?", id, StatusActive).
+		UpdateColumns(map[string]any{"status": StatusArchived, "archived_at": at}).Error
+	if err != nil {
+		return fmt.Errorf("models: archive project %d: %w", id, translate(err))
+	}
+	return nil
+}
+
+// DeleteProject removes the project's row and, by cascade, its members.
+func (s *Store) DeleteProject(ctx context.Context, id int64) error {
+	res := s.db.WithContext(ctx).Delete(&Project{}, id)
+	if res.Error != nil {
+		return fmt.Errorf("models: delete project %d: %w", id, translate(res.Error))
+	}
+	if res.RowsAffected == 0 {
+		return fmt.Errorf("models: delete project %d: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// Project roles, as stored in project_members.role.
+const (
+	RoleOwner  = "owner"
+	RoleAdmin  = "admin"
+	RoleMember = "member"
+)
+
+// Member is one person's role in one project.
+type Member struct {
+	ProjectID int64     `json:"projectId" gorm:"primaryKey;autoIncrement:false"`
+	UserID    int64     `json:"userId" gorm:"primaryKey;autoIncrement:false"`
+	Role      string    `json:"role" gorm:"check:project_members_role_known,role IN ('owner', 'admin', 'member')"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// TableName maps Member to project_members.
+func (Member) TableName() string { return "project_members" }
+
+// BeforeSave mirrors project_members_role_known.
+func (m *Member) BeforeSave(*gorm.DB) error {
+	switch m.Role {
+	case RoleOwner, RoleAdmin, RoleMember:
+		return nil
+	}
+	return fmt.Errorf("%w: role %q is not owner, admin or member", ErrInvalid, m.Role)
+}
+
+// MemberRole returns userID's role in projectID, or ErrNotFound when the user
+// is not a member.
+func (s *Store) MemberRole(ctx context.Context, projectID, userID int64) (string, error) {
+	var m Member
+	err := s.db.WithContext(ctx).Where("project_id = ? AND user_id = ?", projectID, userID).Take(&m).Error
+	if err != nil {
+		return "", fmt.Errorf("models: member %d of project %d: %w", userID, projectID, translate(err))
+	}
+	return m.Role, nil
+}
+
+// ProjectMember is a member with the user's name, for listing.
+type ProjectMember struct {
+	UserID   int64  `json:"userId"`
+	Username string `json:"username"`
+	Role     string `json:"role"`
+}
+
+// Members lists a project's members, owners first.
+func (s *Store) Members(ctx context.Context, projectID int64) ([]ProjectMember, error) {
+	var ms []ProjectMember
+	err := s.db.WithContext(ctx).Table("project_members").
+		Select("project_members.user_id, users.username, project_members.role").
+		Joins("JOIN users ON users.id = project_members.user_id").
+		Where("project_members.project_id = ?", projectID).
+		Order("array_position(ARRAY['owner','admin','member'], project_members.role), users.username").
+		Scan(&ms).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: members of project %d: %w", projectID, err)
+	}
+	return ms, nil
+}
+
+// SetMember adds userID to the project with role, or changes the role of an
+// existing member.
+func (s *Store) SetMember(ctx context.Context, m *Member) error {
+	err := s.db.WithContext(ctx).Clauses(clause.OnConflict{
+		Columns:   []clause.Column{{Name: "project_id"}, {Name: "user_id"}},
+		DoUpdates: clause.AssignmentColumns([]string{"role"}),
+	}).Create(m).Error
+	if err != nil {
+		return fmt.Errorf("models: set member %d of project %d: %w", m.UserID, m.ProjectID, translate(err))
+	}
+	return nil
+}
+
+// RemoveMember deletes a membership; ErrNotFound when there was none.
+func (s *Store) RemoveMember(ctx context.Context, projectID, userID int64) error {
+	res := s.db.WithContext(ctx).Where("project_id = ? AND user_id = ?", projectID, userID).Delete(&Member{})
+	if res.Error != nil {
+		return fmt.Errorf("models: remove member %d of project %d: %w", userID, projectID, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return fmt.Errorf("models: remove member %d of project %d: %w", userID, projectID, ErrNotFound)
+	}
+	return nil
+}
+
+// LockOwners takes a row lock on the project's owner memberships, so that
+// "is this the last owner?" and the change after it are one step.
+func (s *Store) LockOwners(ctx context.Context, projectID int64) (int, error) {
+	var ms []Member
+	err := s.db.WithContext(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).
+		Where("project_id = ? AND role = ?", projectID, RoleOwner).Find(&ms).Error
+	if err != nil {
+		return 0, fmt.Errorf("models: owners of project %d: %w", projectID, err)
+	}
+	return len(ms), nil
+}

@@ -1,0 +1,147 @@
+package models
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// usernamePattern mirrors the users_username_format CHECK.
+var usernamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,31}$`)
+
+// ValidUsername reports whether name fits the users_username_format CHECK.
+func ValidUsername(name string) bool { return usernamePattern.MatchString(name) }
+
+// User is a person who can sign in.
+type User struct {
+	ID           int64     `json:"id"`
+	Username     string    `json:"username"`
+	PasswordHash string    `json:"-"`
+	IsAdmin      bool      `json:"isAdmin"`
+	CreatedAt    time.Time `json:"createdAt"`
+}
+
+// BeforeSave mirrors the table's CHECKs so a bad row gets a friendly error.
+func (u *User) BeforeSave(*gorm.DB) error {
+	if !ValidUsername(u.Username) {
+		return fmt.Errorf("%w: username must be 1-32 of a-z 0-9 _ . - and start with a letter or digit", ErrInvalid)
+	}
+	if u.PasswordHash == "" {
+		return fmt.Errorf("%w: user without a password hash", ErrInvalid)
+	}
+	return nil
+}
+
+// CreateUser inserts u; ErrConflict when the username is taken.
+func (s *Store) CreateUser(ctx context.Context, u *User) error {
+	if err := s.db.WithContext(ctx).Create(u).Error; err != nil {
+		return fmt.Errorf("models: create user %q: %w", u.Username, translate(err))
+	}
+	return nil
+}
+
+// CreateUserIfNoneExist inserts u only when the users table is empty, and says
+// whether it did. Two servers starting at once create one first admin.
+func (s *Store) CreateUserIfNoneExist(ctx context.Context, u *User) (bool, error) {
+	created := false
+	err := s.Tx(ctx, func(tx *Store) error {
+		// The lock makes "empty?" and the insert one step across processes.
+		if err := tx.db.Exec("LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE").Error; err != nil {
+			return err
+		}
+		var n int64
+		if err := tx.db.Model(&User{}).Count(&n).Error; err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		created = true
+		return tx.db.Create(u).Error
+	})
+	if err != nil {
+		return false, fmt.Errorf("models: first user: %w", translate(err))
+	}
+	return created, nil
+}
+
+// UserByID returns the user or ErrNotFound.
+func (s *Store) UserByID(ctx context.Context, id int64) (*User, error) {
+	var u User
+	if err := s.db.WithContext(ctx).First(&u, id).Error; err != nil {
+		return nil, fmt.Errorf("models: user %d: %w", id, translate(err))
+	}
+	return &u, nil
+}
+
+// UserByName returns the user or ErrNotFound.
+func (s *Store) UserByName(ctx context.Context, name string) (*User, error) {
+	var u User
+	err := s.db.WithContext(ctx).Where("username = ?", name).Take(&u).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: user %q: %w", name, translate(err))
+	}
+	return &u, nil
+}
+
+// Users lists every user by name.
+func (s *Store) Users(ctx context.Context) ([]User, error) {
+	var us []User
+	if err := s.db.WithContext(ctx).Order("username").Find(&us).Error; err != nil {
+		return nil, fmt.Errorf("models: users: %w", err)
+	}
+	return us, nil
+}
+
+// LoginSession is a signed-in browser. The cookie holds a token whose SHA-256
+// is TokenHash.
+type LoginSession struct {
+	TokenHash []byte `gorm:"primaryKey"`
+	UserID    int64
+	CSRFToken string `gorm:"column:csrf_token"`
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// CreateLoginSession stores a new session.
+func (s *Store) CreateLoginSession(ctx context.Context, ls *LoginSession) error {
+	if err := s.db.WithContext(ctx).Create(ls).Error; err != nil {
+		return fmt.Errorf("models: create login session: %w", translate(err))
+	}
+	return nil
+}
+
+// LoginSessionUser returns the unexpired session with tokenHash and its user.
+func (s *Store) LoginSessionUser(ctx context.Context, tokenHash []byte, now time.Time) (*LoginSession, *User, error) {
+	var ls LoginSession
+	err := s.db.WithContext(ctx).Where("token_hash = ? AND expires_at > ?", tokenHash, now).Take(&ls).Error
+	if err != nil {
+		return nil, nil, fmt.Errorf("models: login session: %w", translate(err))
+	}
+	u, err := s.UserByID(ctx, ls.UserID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &ls, u, nil
+}
+
+// DeleteLoginSession removes one session; a missing one is not an error.
+func (s *Store) DeleteLoginSession(ctx context.Context, tokenHash []byte) error {
+	err := s.db.WithContext(ctx).Where("token_hash = ?", tokenHash).Delete(&LoginSession{}).Error
+	if err != nil {
+		return fmt.Errorf("models: delete login session: %w", err)
+	}
+	return nil
+}
+
+// DeleteExpiredLoginSessions removes sessions that ended before now.
+func (s *Store) DeleteExpiredLoginSessions(ctx context.Context, now time.Time) (int64, error) {
+	res := s.db.WithContext(ctx).Where("expires_at <= ?", now).Delete(&LoginSession{})
+	if res.Error != nil {
+		return 0, fmt.Errorf("models: delete expired login sessions: %w", res.Error)
+	}
+	return res.RowsAffected, nil
+}
