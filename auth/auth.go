@@ -1,0 +1,165 @@
+// Package auth signs people in and decides what they may do: password
+// hashes, DB-backed cookie sessions, CSRF tokens, project roles and the one
+// permission table Can(role, action).
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"atelier/models"
+)
+
+var (
+	ErrBadCredentials = errors.New("auth: wrong username or password")
+	ErrSignInRequired = errors.New("auth: sign in required")
+	ErrNotSiteAdmin   = errors.New("auth: site admins only")
+	ErrCSRF           = errors.New("auth: missing or wrong CSRF token")
+	ErrBadUsername    = errors.New("auth: a username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit")
+	ErrWeakPassword   = fmt.Errorf("auth: a password has at least %d characters", MinPasswordLength)
+	ErrUserExists     = errors.New("auth: that username is taken")
+)
+
+// SessionTTL is how long a sign-in lasts.
+const SessionTTL = 14 * 24 * time.Hour
+
+// Service signs people in and manages users.
+type Service struct {
+	store *models.Store
+	now   func() time.Time
+	// dummyHash is verified when a username does not exist, so that a wrong
+	// name costs as much time as a wrong password and names do not leak.
+	dummyHash string
+}
+
+// NewService returns a Service; now is the clock (time.Now in production).
+func NewService(store *models.Store, now func() time.Time) (*Service, error) {
+	dummy, err := HashPassword(randomToken())
+	if err != nil {
+		return nil, err
+	}
+	return &Service{store: store, now: now, dummyHash: dummy}, nil
+}
+
+// CreateUser adds a person who can sign in.
+func (s *Service) CreateUser(ctx context.Context, username, password string, admin bool) (*models.User, error) {
+	u, err := newUser(username, password, admin)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.CreateUser(ctx, u); err != nil {
+		if errors.Is(err, models.ErrConflict) {
+			return nil, ErrUserExists
+		}
+		return nil, err
+	}
+	return u, nil
+}
+
+// EnsureFirstAdmin creates the site admin `admin` when there are no users yet.
+// An empty password is replaced by a generated one. It returns the password
+// only when it created the user, so the caller can show it once.
+func (s *Service) EnsureFirstAdmin(ctx context.Context, password string) (created bool, usedPassword string, err error) {
+	if password == "" {
+		password = randomToken()[:20]
+	}
+	u, err := newUser("admin", password, true)
+	if err != nil {
+		return false, "", fmt.Errorf("auth: ATELIER_ADMIN_PASSWORD: %w", err)
+	}
+	created, err = s.store.CreateUserIfNoneExist(ctx, u)
+	if err != nil || !created {
+		return false, "", err
+	}
+	return true, password, nil
+}
+
+func newUser(username, password string, admin bool) (*models.User, error) {
+	if !models.ValidUsername(username) {
+		return nil, ErrBadUsername
+	}
+	if utf8.RuneCountInString(password) < MinPasswordLength || len(password) > maxPasswordLength {
+		return nil, ErrWeakPassword
+	}
+	hash, err := HashPassword(password)
+	if err != nil {
+		return nil, err
+	}
+	return &models.User{Username: username, PasswordHash: hash, IsAdmin: admin}, nil
+}
+
+// Login checks the credentials and starts a session. The returned token goes
+// into the cookie; only its hash is stored.
+func (s *Service) Login(ctx context.Context, username, password string) (string, *models.LoginSession, *models.User, error) {
+	if len(password) > maxPasswordLength {
+		return "", nil, nil, ErrBadCredentials
+	}
+	u, err := s.store.UserByName(ctx, strings.TrimSpace(username))
+	if errors.Is(err, models.ErrNotFound) {
+		VerifyPassword(s.dummyHash, password) //nolint:errcheck // timing only
+		return "", nil, nil, ErrBadCredentials
+	}
+	if err != nil {
+		return "", nil, nil, err
+	}
+	ok, err := VerifyPassword(u.PasswordHash, password)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("auth: user %q: %w", u.Username, err)
+	}
+	if !ok {
+		return "", nil, nil, ErrBadCredentials
+	}
+	token := randomToken()
+	now := s.now()
+	ls := &models.LoginSession{
+		TokenHash: hashToken(token),
+		UserID:    u.ID,
+		CSRFToken: randomToken(),
+		CreatedAt: now,
+		ExpiresAt: now.Add(SessionTTL),
+	}
+	if err := s.store.CreateLoginSession(ctx, ls); err != nil {
+		return "", nil, nil, err
+	}
+	return token, ls, u, nil
+}
+
+// Resolve returns the live session for a cookie token and its user, or
+// ErrSignInRequired.
+func (s *Service) Resolve(ctx context.Context, token string) (*models.LoginSession, *models.User, error) {
+	if token == "" {
+		return nil, nil, ErrSignInRequired
+	}
+	ls, u, err := s.store.LoginSessionUser(ctx, hashToken(token), s.now())
+	if errors.Is(err, models.ErrNotFound) {
+		return nil, nil, ErrSignInRequired
+	}
+	return ls, u, err
+}
+
+// Logout ends the session of token.
+func (s *Service) Logout(ctx context.Context, token string) error {
+	if token == "" {
+		return nil
+	}
+	return s.store.DeleteLoginSession(ctx, hashToken(token))
+}
+
+func hashToken(token string) []byte {
+	sum := sha256.Sum256([]byte(token))
+	return sum[:]
+}
+
+// randomToken returns 256 random bits, URL-safe.
+func randomToken() string {
+	b := make([]byte, 32)
+	rand.Read(b) // never fails (crypto/rand panics rather than return short)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
