@@ -1,0 +1,49 @@
+// Package handlers holds Atelier's thin Gin handlers: each parses the
+// request, calls a service and renders. Handlers return errors; Adapt turns
+// them into responses through views.ProblemOf.
+package handlers
+
+import (
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"atelier/projects"
+	"atelier/views"
+)
+
+// Func is a handler or middleware that reports failure as an error.
+type Func func(*gin.Context) error
+
+// Adapter turns Funcs into Gin handlers that render their errors.
+type Adapter struct {
+	Render *views.Renderer
+	Log    *slog.Logger
+}
+
+// Handle adapts fn; on error the chain stops and the error is rendered.
+func (a Adapter) Handle(fn Func) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if err := fn(c); err != nil {
+			a.Render.RenderError(c, a.Log, err)
+			c.Abort()
+		}
+	}
+}
+
+// NotFound answers routes that do not exist like missing projects.
+func (a Adapter) NotFound(c *gin.Context) {
+	a.Render.RenderError(c, a.Log, &views.Problem{Status: http.StatusNotFound, Reason: "not_found", Message: "Not found."})
+}
+
+// projectID reads the :id of a project URL. A malformed id is a project that
+// does not exist.
+func projectID(c *gin.Context) (int64, error) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, projects.ErrNotFound
+	}
+	return id, nil
+}

@@ -1,0 +1,188 @@
+package handlers
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"atelier/auth"
+	"atelier/models"
+	"atelier/projects"
+	"atelier/views"
+	"atelier/workspace"
+)
+
+// Projects is the projects list, creation and the project page.
+type Projects struct {
+	Render   *views.Renderer
+	Projects *projects.Service
+}
+
+type projectsView struct {
+	Projects []models.MemberProject
+}
+
+func (v projectsView) JSON() any { return v.Projects }
+
+// List shows the caller's projects.
+func (h *Projects) List(c *gin.Context) error {
+	ps, err := h.Projects.List(c.Request.Context(), auth.User(c))
+	if err != nil {
+		return err
+	}
+	return h.Render.Render(c, http.StatusOK, "projects", projectsView{Projects: ps})
+}
+
+// newProjectView is the creation form, refilled with what was typed when
+// creation is refused.
+type newProjectView struct {
+	Name, Mode, Path string
+	Problem          *views.Problem
+	Check            *pathCheckView
+}
+
+func (v newProjectView) JSON() any { return v.Problem }
+
+// New renders the creation form.
+func (h *Projects) New(c *gin.Context) error {
+	return h.Render.Render(c, http.StatusOK, "project_new", newProjectView{Mode: models.ModeContainer})
+}
+
+// Create makes a project: 303 to its page, or 201 with it for JSON.
+func (h *Projects) Create(c *gin.Context) error {
+	in := projects.CreateInput{Name: c.PostForm("name"), Mode: c.PostForm("mode"), Path: c.PostForm("path")}
+	p, err := h.Projects.Create(c.Request.Context(), auth.User(c), in)
+	if err != nil {
+		prob := views.ProblemOf(err)
+		if prob.Status >= 500 {
+			return err
+		}
+		v := newProjectView{Name: in.Name, Mode: in.Mode, Path: in.Path, Problem: prob}
+		var pe *workspace.PathError
+		if errors.As(err, &pe) {
+			v.Check = pathCheckOf(err)
+		}
+		return h.Render.Render(c, prob.Status, "project_new", v)
+	}
+	if views.WantsJSON(c.Request) {
+		c.JSON(http.StatusCreated, p)
+		return nil
+	}
+	views.Redirect(c, fmt.Sprintf("/projects/%d", p.ID))
+	return nil
+}
+
+// pathCheckView is the live verdict on a typed Local folder.
+type pathCheckView struct {
+	OK      bool   `json:"ok"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	Hint    string `json:"hint,omitempty"`
+}
+
+func pathCheckOf(err error) *pathCheckView {
+	if err == nil {
+		return &pathCheckView{OK: true}
+	}
+	p := views.ProblemOf(err)
+	return &pathCheckView{Reason: p.Reason, Message: p.Message, Hint: p.Hint}
+}
+
+// ValidatePath runs the Local creation guard on a typed folder; it answers
+// 200 either way, since a refused path is the answer and not a failure.
+func (h *Projects) ValidatePath(c *gin.Context) error {
+	path := c.PostForm("path")
+	if projects.NormalizePath(path) == "" {
+		return h.Render.Render(c, http.StatusOK, "partials/path_check", &pathCheckView{})
+	}
+	err := h.Projects.CheckLocalPath(path)
+	var pe *workspace.PathError
+	if err != nil && !errors.As(err, &pe) {
+		return err
+	}
+	return h.Render.Render(c, http.StatusOK, "partials/path_check", pathCheckOf(err))
+}
+
+// projectView is the project page.
+type projectView struct {
+	Project      *models.Project
+	Role         auth.Role
+	CodeReady    bool
+	CodeNotReady string
+	CanManage    bool
+	CanDelete    bool
+	Members      membersView
+}
+
+func (v projectView) JSON() any {
+	return gin.H{"project": v.Project, "role": v.Role, "codeReady": v.CodeReady, "members": v.Members.List}
+}
+
+// Show renders the project page.
+func (h *Projects) Show(c *gin.Context) error {
+	acc, err := h.authorize(c, auth.CodeRead)
+	if err != nil {
+		return err
+	}
+	members, err := h.members(c, acc, nil)
+	if err != nil {
+		return err
+	}
+	v := projectView{
+		Project:   acc.Project,
+		Role:      acc.Role,
+		CanManage: acc.Can(auth.ProjectManage),
+		CanDelete: acc.Can(auth.ProjectOwn),
+		Members:   members,
+	}
+	if err := h.Projects.CodeReady(acc.Project); err != nil {
+		v.CodeNotReady = views.ProblemOf(err).Message
+	} else {
+		v.CodeReady = true
+	}
+	return h.Render.Render(c, http.StatusOK, "project", v)
+}
+
+// Archive makes the project read-only.
+func (h *Projects) Archive(c *gin.Context) error {
+	acc, err := h.authorize(c, auth.ProjectManage)
+	if err != nil {
+		return err
+	}
+	if err := h.Projects.Archive(c.Request.Context(), acc); err != nil {
+		return err
+	}
+	if views.WantsJSON(c.Request) {
+		c.Status(http.StatusNoContent)
+		return nil
+	}
+	views.Redirect(c, fmt.Sprintf("/projects/%d", acc.Project.ID))
+	return nil
+}
+
+// Delete removes the project and what Atelier keeps for it.
+func (h *Projects) Delete(c *gin.Context) error {
+	acc, err := h.authorize(c, auth.ProjectOwn)
+	if err != nil {
+		return err
+	}
+	if err := h.Projects.Delete(c.Request.Context(), acc); err != nil {
+		return err
+	}
+	if views.IsHTMX(c.Request) {
+		views.Redirect(c, "/projects")
+		return nil
+	}
+	c.Status(http.StatusNoContent)
+	return nil
+}
+
+func (h *Projects) authorize(c *gin.Context, action auth.Action) (*projects.Access, error) {
+	id, err := projectID(c)
+	if err != nil {
+		return nil, err
+	}
+	return h.Projects.Authorize(c.Request.Context(), auth.User(c), id, action)
+}

@@ -1,0 +1,97 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"atelier/auth"
+	"atelier/handlers"
+	"atelier/models"
+	"atelier/projects"
+	"atelier/views"
+	"atelier/workspace"
+)
+
+// App is Atelier assembled: its services and the HTTP handler over them.
+type App struct {
+	Handler  http.Handler
+	Auth     *auth.Service
+	Projects *projects.Service
+
+	log      *slog.Logger
+	adapter  handlers.Adapter
+	cookies  auth.Cookies
+	auth     *auth.Service
+	health   *handlers.Health
+	sessions *handlers.Sessions
+	projects *handlers.Projects
+	users    *handlers.Users
+}
+
+// New builds the App over an open, migrated store. now is the clock.
+func New(cfg Config, store *models.Store, log *slog.Logger, now func() time.Time) (*App, error) {
+	ws, err := workspace.New(cfg.WorkspacesRoot, serverPaths(cfg), log)
+	if err != nil {
+		return nil, err
+	}
+	render, err := views.NewRenderer()
+	if err != nil {
+		return nil, err
+	}
+	authSvc, err := auth.NewService(store, now)
+	if err != nil {
+		return nil, err
+	}
+	projectSvc := projects.NewService(store, ws, now, log)
+	a := &App{
+		Auth:     authSvc,
+		Projects: projectSvc,
+		log:      log,
+		adapter:  handlers.Adapter{Render: render, Log: log},
+		cookies:  auth.Cookies{AlwaysSecure: cfg.SecureCookies},
+		auth:     authSvc,
+		health:   &handlers.Health{Ping: store.Ping},
+		projects: &handlers.Projects{Render: render, Projects: projectSvc},
+		users:    &handlers.Users{Render: render, Auth: authSvc, Store: store},
+	}
+	a.sessions = &handlers.Sessions{Render: render, Auth: authSvc, Cookies: a.cookies}
+	a.Handler = a.routes()
+	return a, nil
+}
+
+// serverPaths are the folders a Local project must never overlap: the data
+// dir, the working directory and the binary's folder.
+func serverPaths(cfg Config) []string {
+	paths := []string{cfg.DataDir}
+	if wd, err := os.Getwd(); err == nil {
+		paths = append(paths, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		paths = append(paths, filepath.Dir(exe))
+	}
+	return paths
+}
+
+// recover turns a panic into a logged 500 instead of a dropped connection.
+func (a *App) recover(c *gin.Context) {
+	defer func() {
+		if v := recover(); v != nil {
+			a.adapter.Render.RenderError(c, a.log, fmt.Errorf("panic: %v", v))
+			c.Abort()
+		}
+	}()
+	c.Next()
+}
+
+func (a *App) logRequests(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	a.log.Debug("request", "method", c.Request.Method, "path", c.Request.URL.Path,
+		"status", c.Writer.Status(), "duration", time.Since(start))
+}

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+)
+
+// chromium finds Debian's chromium, which the README's test command installs.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("ATELIER_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if p != "" {
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+		}
+	}
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	t.Fatal("chromium not found: run the README's test command (it installs Debian's chromium) or set ATELIER_CHROMIUM")
+	return ""
+}
+
+// browser starts a headless Chromium for the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)),
+		chromedp.NoSandbox, // root in CI
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(alloc)
+	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
+	// The first action starts the browser and ties it to its context, so it
+	// must run on this long-lived one, not on a step's deadline.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return ctx
+}
+
+// do runs steps with a deadline, leaving the browser usable afterwards so a
+// failure can describe the page.
+func do(ctx context.Context, steps ...chromedp.Action[chromedp.Void]) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	return chromedp.Do(ctx, steps...)
+}
+
+// A person signs in, picks Local, types a bad folder and sees the reason
+// appear as they type, fixes it, creates the project and lands on its page.
+func TestBrowserCreateLocalProject(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.app.Auth.CreateUser(t.Context(), "ann", "ann-password", false); err != nil {
+		t.Fatal(err)
+	}
+	folder := filepath.Join(t.TempDir(), "my-code")
+	if err := os.Mkdir(folder, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := browser(t)
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+	err := do(ctx,
+		chromedp.Navigate(h.srv.URL+"/login"),
+		chromedp.SendKeys(css(`input[name=username]`), "ann"),
+		chromedp.SendKeys(css(`input[name=password]`), "ann-password"),
+		chromedp.Submit(css(`form.stack`)),
+		chromedp.WaitVisible(css(`a.button[href="/projects/new"]`)),
+		chromedp.Click(css(`a.button[href="/projects/new"]`)),
+		chromedp.WaitVisible(css(`input[name=name]`)),
+		chromedp.SendKeys(css(`input[name=name]`), "Browser Made"),
+		chromedp.Click(css(`input[name=mode][value=local]`)),
+		chromedp.WaitVisible(css(`#path`)),
+		chromedp.SendKeys(css(`#path`), "/etc/ssh"),
+		chromedp.WaitVisible(css(`#path-check .check.bad`)),
+	)
+	if err != nil {
+		t.Fatalf("typing a bad folder: %v; the page has %s", err, pageState(ctx))
+	}
+	if reason, err := chromedp.Run(ctx, chromedp.AttributeValue(css(`#path-check .check`), "data-reason")); err != nil || reason.Value != "path_system" {
+		t.Fatalf("live reason for /etc/ssh = %q (%v), want path_system", reason.Value, err)
+	}
+
+	err = do(ctx,
+		chromedp.SendKeys(css(`#path`), strings.Repeat(kb.Backspace, len("/etc/ssh"))),
+		chromedp.SendKeys(css(`#path`), folder),
+		chromedp.WaitVisible(css(`#path-check .check.ok`)),
+	)
+	if err != nil {
+		t.Fatalf("fixing the folder: %v; the page has %s", err, pageState(ctx))
+	}
+	if reason, err := chromedp.Run(ctx, chromedp.AttributeValue(css(`#path-check .check`), "data-reason")); err != nil || reason.Value != "ok" {
+		t.Fatalf("live verdict for a good folder = %q (%v)", reason.Value, err)
+	}
+
+	if err := do(ctx, chromedp.Submit(css(`form.new-project`)), chromedp.WaitVisible(css(`section.project h1`))); err != nil {
+		t.Fatalf("creating: %v", err)
+	}
+	title, err := chromedp.Run(ctx, chromedp.Text(css(`section.project h1`)))
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(title), "Browser Made") {
+		t.Fatalf("landed on a page titled %q (%v)", title, err)
+	}
+	location, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil || !regexp.MustCompile(`/projects/\d+$`).MatchString(location) {
+		t.Fatalf("landed on %s (%v), want the project page", location, err)
+	}
+	path, err := chromedp.Run(ctx, chromedp.Text(css(`.facts code.path`)))
+	if err != nil || path != folder {
+		t.Fatalf("project page shows folder %q (%v), want %q", path, err, folder)
+	}
+}
+
+// pageState describes the form for a failure message.
+func pageState(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	state, err := chromedp.Run(ctx, chromedp.Evaluate[string](
+		`JSON.stringify({url: location.href, path: document.querySelector("#path")?.value, check: document.querySelector("#path-check")?.innerHTML})`))
+	if err != nil {
+		return "(unreadable: " + err.Error() + ")"
+	}
+	return state
+}

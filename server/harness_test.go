@@ -1,0 +1,221 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
+
+	"atelier/internal/dbtest"
+	"atelier/models"
+	"atelier/pgembed/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// harness is a real Atelier over a fresh database, served over real HTTP.
+type harness struct {
+	t     *testing.T
+	cfg   Config
+	store *models.Store
+	app   *App
+	srv   *httptest.Server
+}
+
+func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
+	t.Helper()
+	base := t.TempDir()
+	cfg, err := LoadConfig(func(key string) string {
+		switch key {
+		case "ATELIER_DATA":
+			return filepath.Join(base, "data")
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	store := dbtest.Store(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	app, err := New(cfg, store, log, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(app.Handler)
+	t.Cleanup(srv.Close)
+	return &harness{t: t, cfg: cfg, store: store, app: app, srv: srv}
+}
+
+// client is one browser: a cookie jar, no automatic redirects, and the CSRF
+// token of the last page it loaded.
+type client struct {
+	h    *harness
+	http *http.Client
+	csrf string
+}
+
+func (h *harness) anonymous() *client {
+	jar, _ := cookiejar.New(nil)
+	c := &client{h: h, http: &http.Client{
+		Jar:           jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+	c.loadCSRF("/login")
+	return c
+}
+
+// user creates a user and returns a client signed in as them.
+func (h *harness) user(name string, siteAdmin bool) *client {
+	h.t.Helper()
+	if _, err := h.app.Auth.CreateUser(context.Background(), name, "password-"+name, siteAdmin); err != nil {
+		h.t.Fatal(err)
+	}
+	c := h.anonymous()
+	res := c.post("/login", url.Values{"username": {name}, "password": {"password-" + name}})
+	if res.StatusCode != http.StatusSeeOther {
+		h.t.Fatalf("login %s: %d %s", name, res.StatusCode, readBody(res))
+	}
+	c.loadCSRF("/projects")
+	return c
+}
+
+func (c *client) loadCSRF(path string) {
+	c.h.t.Helper()
+	doc := c.page(path)
+	c.csrf, _ = doc.Find(`meta[name="csrf-token"]`).Attr("content")
+	if c.csrf == "" {
+		c.h.t.Fatalf("%s carries no csrf-token meta", path)
+	}
+}
+
+type header map[string]string
+
+func (c *client) do(method, path string, body io.Reader, hdr header) *http.Response {
+	c.h.t.Helper()
+	req, err := http.NewRequest(method, c.h.srv.URL+path, body)
+	if err != nil {
+		c.h.t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		c.h.t.Fatal(err)
+	}
+	c.h.t.Cleanup(func() { res.Body.Close() })
+	return res
+}
+
+func (c *client) get(path string, hdr header) *http.Response {
+	return c.do(http.MethodGet, path, nil, hdr)
+}
+
+// post sends a form with the page's CSRF token in the form field.
+func (c *client) post(path string, form url.Values, hdr ...header) *http.Response {
+	if form == nil {
+		form = url.Values{}
+	}
+	if form.Get("csrf_token") == "" && c.csrf != "" {
+		form.Set("csrf_token", c.csrf)
+	}
+	return c.postRaw(path, form, hdr...)
+}
+
+// postRaw sends the form exactly as given.
+func (c *client) postRaw(path string, form url.Values, hdr ...header) *http.Response {
+	h := header{"Content-Type": "application/x-www-form-urlencoded"}
+	for _, extra := range hdr {
+		for k, v := range extra {
+			h[k] = v
+		}
+	}
+	return c.do(http.MethodPost, path, strings.NewReader(form.Encode()), h)
+}
+
+// del sends DELETE with the CSRF header, as htmx does.
+func (c *client) del(path string, hdr ...header) *http.Response {
+	h := header{"X-CSRF-Token": c.csrf}
+	for _, extra := range hdr {
+		for k, v := range extra {
+			h[k] = v
+		}
+	}
+	return c.do(http.MethodDelete, path, nil, h)
+}
+
+func (c *client) page(path string) *goquery.Document {
+	c.h.t.Helper()
+	res := c.get(path, nil)
+	if res.StatusCode != http.StatusOK {
+		c.h.t.Fatalf("GET %s: %d %s", path, res.StatusCode, readBody(res))
+	}
+	doc, err := goquery.NewDocumentFromReader(res.Body)
+	if err != nil {
+		c.h.t.Fatal(err)
+	}
+	return doc
+}
+
+var jsonAccept = header{"Accept": "application/json"}
+
+func readBody(res *http.Response) string {
+	b, _ := io.ReadAll(res.Body)
+	return string(b)
+}
+
+func decode[T any](t *testing.T, res *http.Response) T {
+	t.Helper()
+	var v T
+	body := readBody(res)
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("decoding %q: %v", body, err)
+	}
+	return v
+}
+
+type problem struct {
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+	Hint   string `json:"hint"`
+}
+
+// expectProblem asserts a JSON error with its status and reason.
+func expectProblem(t *testing.T, res *http.Response, status int, reason string) problem {
+	t.Helper()
+	if res.StatusCode != status {
+		t.Fatalf("%s %s: status %d, want %d: %s", res.Request.Method, res.Request.URL.Path, res.StatusCode, status, readBody(res))
+	}
+	p := decode[problem](t, res)
+	if p.Reason != reason || p.Error == "" {
+		t.Fatalf("%s %s: problem %+v, want reason %q", res.Request.Method, res.Request.URL.Path, p, reason)
+	}
+	return p
+}
+
+// createProject makes a container project as c and returns its id.
+func (c *client) createProject(name string) int64 {
+	c.h.t.Helper()
+	res := c.post("/projects", url.Values{"name": {name}, "mode": {"container"}}, jsonAccept)
+	if res.StatusCode != http.StatusCreated {
+		c.h.t.Fatalf("create %s: %d %s", name, res.StatusCode, readBody(res))
+	}
+	return decode[models.Project](c.h.t, res).ID
+}

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"atelier/migrations"
+	"atelier/models"
+	"atelier/pgembed"
+)
+
+// Database is the PostgreSQL Atelier talks to: the operator's (DATABASE_URL)
+// or the embedded cluster under the data dir.
+type Database struct {
+	DSN     string
+	cluster *pgembed.Cluster // nil for DATABASE_URL
+}
+
+// OpenDatabase returns the configured database, starting the embedded
+// cluster when DATABASE_URL is not set. When a server of ours already runs
+// the cluster, it is shared (so `user add` works beside a running server).
+func OpenDatabase(ctx context.Context, cfg Config, log *slog.Logger) (*Database, error) {
+	if cfg.DatabaseURL != "" {
+		return &Database{DSN: cfg.DatabaseURL}, nil
+	}
+	// 0711: the cluster's own account must pass through to <data>/postgres,
+	// but nobody else may list the data dir.
+	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	cluster, err := pgembed.Start(ctx, pgembed.Config{Dir: cfg.PostgresDir(), Database: "atelier", Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if cluster.Owned() {
+		log.Info("embedded PostgreSQL started", "dir", cfg.PostgresDir())
+	}
+	return &Database{DSN: cluster.DSN("atelier"), cluster: cluster}, nil
+}
+
+// Close stops the embedded cluster if this process started it.
+func (d *Database) Close(ctx context.Context) error {
+	if d.cluster == nil {
+		return nil
+	}
+	return d.cluster.Stop(ctx)
+}
+
+// Run serves Atelier until ctx ends, then shuts down in order: stop taking
+// requests, let in-flight ones finish, close the pool, stop PostgreSQL.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (err error) {
+	db, err := OpenDatabase(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if cerr := db.Close(stopCtx); cerr != nil {
+			err = errors.Join(err, cerr)
+		} else if db.cluster != nil && db.cluster.Owned() {
+			log.Info("embedded PostgreSQL stopped")
+		}
+	}()
+
+	if _, err := migrations.Up(db.DSN); err != nil {
+		return err
+	}
+	store, err := models.Open(ctx, db.DSN, cfg.Pool)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	app, err := New(cfg, store, log, time.Now)
+	if err != nil {
+		return err
+	}
+	created, password, err := app.Auth.EnsureFirstAdmin(ctx, cfg.AdminPassword)
+	if err != nil {
+		return err
+	}
+	if created && cfg.AdminPassword == "" {
+		fmt.Fprintf(stdout, "First start: sign in as admin with password %s (shown only this once)\n", password)
+	}
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           app.Handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		// No server-wide WriteTimeout: streams set their own per-write
+		// deadlines.
+	}
+	fmt.Fprintf(stdout, "Atelier is serving on http://%s (data in %s)\n", ln.Addr(), cfg.DataDir)
+
+	go app.sweepLoginSessions(ctx, store)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// sweepLoginSessions deletes expired sign-ins every hour until ctx ends.
+func (a *App) sweepLoginSessions(ctx context.Context, store *models.Store) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		if n, err := store.DeleteExpiredLoginSessions(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			a.log.Warn("sweeping expired sign-ins failed", "err", err)
+		} else if n > 0 {
+			a.log.Info("expired sign-ins removed", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

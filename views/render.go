@@ -1,0 +1,141 @@
+// Package views renders Atelier's pages: html/template layouts, pages and
+// partials (embedded), and the one Render that answers a full page, the
+// fragment alone for htmx, or JSON.
+package views
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"atelier/auth"
+	"atelier/models"
+)
+
+//go:embed templates
+var templateFS embed.FS
+
+// JSONer is a view with its own JSON shape; other views are marshalled as
+// they are.
+type JSONer interface {
+	JSON() any
+}
+
+// Page is what every template receives: the chrome and the view's data.
+type Page struct {
+	User *models.User
+	CSRF string
+	Data any
+}
+
+// Renderer holds one template set per page and one for the partials.
+type Renderer struct {
+	sets map[string]*template.Template
+}
+
+// NewRenderer parses every template once.
+func NewRenderer() (*Renderer, error) {
+	r := &Renderer{sets: map[string]*template.Template{}}
+	partials, err := fs.Glob(templateFS, "templates/partials/*.html")
+	if err != nil {
+		return nil, err
+	}
+	pages, err := fs.Glob(templateFS, "templates/pages/*.html")
+	if err != nil {
+		return nil, err
+	}
+	for _, page := range pages {
+		files := append([]string{"templates/layout.html", page}, partials...)
+		t, err := template.New("").Funcs(funcs).ParseFS(templateFS, files...)
+		if err != nil {
+			return nil, fmt.Errorf("views: %s: %w", page, err)
+		}
+		r.sets[strings.TrimSuffix(path.Base(page), ".html")] = t
+	}
+	t, err := template.New("").Funcs(funcs).ParseFS(templateFS, partials...)
+	if err != nil {
+		return nil, fmt.Errorf("views: partials: %w", err)
+	}
+	for _, p := range partials {
+		r.sets["partials/"+strings.TrimSuffix(path.Base(p), ".html")] = t
+	}
+	return r, nil
+}
+
+var funcs = template.FuncMap{
+	// sub hands a partial the chrome of the page it sits in with its own data.
+	"sub": func(parent Page, data any) Page { return Page{User: parent.User, CSRF: parent.CSRF, Data: data} },
+	"deref": func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
+	},
+}
+
+// Render answers with view: JSON when the client asks for
+// application/json, the page's "content" fragment for an htmx request that is
+// not boosted and not a history restore, else the full page. name is a page
+// ("project") or a partial ("partials/members"). The template runs into a
+// buffer first, so a failing template never sends half a page.
+func (r *Renderer) Render(c *gin.Context, status int, name string, view any) error {
+	c.Header("Vary", "HX-Request, Accept")
+	if WantsJSON(c.Request) {
+		if j, ok := view.(JSONer); ok {
+			view = j.JSON()
+		}
+		c.JSON(status, view)
+		return nil
+	}
+	set, ok := r.sets[name]
+	if !ok {
+		return fmt.Errorf("views: no template %q", name)
+	}
+	entry := "layout"
+	switch {
+	case strings.HasPrefix(name, "partials/"):
+		entry = strings.TrimPrefix(name, "partials/")
+	case isFragment(c.Request):
+		entry = "content"
+	}
+	var buf bytes.Buffer
+	page := Page{User: auth.User(c), CSRF: auth.CSRFToken(c), Data: view}
+	if err := set.ExecuteTemplate(&buf, entry, page); err != nil {
+		return fmt.Errorf("views: %s: %w", name, err)
+	}
+	c.Data(status, "text/html; charset=utf-8", buf.Bytes())
+	return nil
+}
+
+// WantsJSON reports whether the client asked for JSON rather than HTML.
+func WantsJSON(r *http.Request) bool {
+	return r.Header.Get("HX-Request") == "" && strings.Contains(r.Header.Get("Accept"), "application/json")
+}
+
+// IsHTMX reports whether htmx sent the request.
+func IsHTMX(r *http.Request) bool { return r.Header.Get("HX-Request") == "true" }
+
+func isFragment(r *http.Request) bool {
+	return IsHTMX(r) &&
+		r.Header.Get("HX-Boosted") != "true" &&
+		r.Header.Get("HX-History-Restore-Request") != "true"
+}
+
+// Redirect sends the client to location after a successful form post: 303
+// for browsers, and HX-Redirect for htmx (fetch would follow a 303 and swap
+// the whole next page into the target).
+func Redirect(c *gin.Context, location string) {
+	if IsHTMX(c.Request) {
+		c.Header("HX-Redirect", location)
+		c.Status(http.StatusNoContent)
+		return
+	}
+	c.Redirect(http.StatusSeeOther, location)
+}
