@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs every test of Atelier: vet, the unit and integration tests (real
+# PostgreSQL, real processes, headless Chromium) with the race detector, and
+# a short fuzz run of the Local path guard. Whatever a fresh machine lacks is
+# installed first, or the script says what to install and stops.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+say() { printf 'test.sh: %s\n' "$*" >&2; }
+
+apt_updated=
+apt_install() {
+	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+		say "missing $*; install it (Debian: apt-get install $*) and run again"
+		exit 1
+	fi
+	if [ -z "$apt_updated" ]; then
+		apt-get update -qq >/dev/null
+		apt_updated=1
+	fi
+	say "installing $* ..."
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+have_postgres() {
+	command -v pg_config >/dev/null && [ -x "$(pg_config --bindir)/postgres" ] && return 0
+	compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null
+}
+
+command -v go >/dev/null || { say "Go is not installed; see https://go.dev/doc/install"; exit 1; }
+command -v git >/dev/null || apt_install git
+have_postgres || apt_install postgresql
+command -v unshare >/dev/null || apt_install util-linux
+[ -x /usr/bin/chromium ] || [ -n "${ATELIER_CHROMIUM:-}" ] || apt_install chromium
+
+go vet ./...
+go test -race -count=1 -timeout 20m ./...
+go test -run '^$' -fuzz FuzzCheckLexical -fuzztime 15s ./workspace
