@@ -14,7 +14,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"atelier/pgembed/pgtest"
 )
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // build compiles the atelier binary once per test.
 func build(t *testing.T) string {
@@ -141,6 +145,46 @@ func TestServeEmbeddedAndStop(t *testing.T) {
 	login.Stdin = strings.NewReader("another-password\n")
 	if out, err := login.CombinedOutput(); err == nil || !strings.Contains(string(out), "taken") {
 		t.Fatalf("carol did not survive the restart: %v\n%s", err, out)
+	}
+}
+
+// With DATABASE_URL set the server uses that database and starts nothing.
+func TestServeWithDatabaseURL(t *testing.T) {
+	bin := build(t)
+	data, addr := dataDir(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := exec.CommandContext(ctx, bin)
+	srv.Env = append(os.Environ(), "ATELIER_DATA="+data, "ATELIER_ADDR="+addr,
+		"DATABASE_URL="+pgtest.NewDatabase(t, ""), "ATELIER_ADMIN_PASSWORD=first-admin-pw")
+	var out bytes.Buffer
+	srv.Stdout, srv.Stderr = &out, &out
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no healthy server within 60 s:\n%s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	srv.Process.Signal(os.Interrupt)
+	if err := srv.Wait(); err != nil {
+		t.Fatalf("exit: %v\n%s", err, out.String())
+	}
+	if _, err := os.Stat(filepath.Join(data, "postgres")); !os.IsNotExist(err) {
+		t.Fatalf("an embedded cluster was made although DATABASE_URL was set: %v", err)
+	}
+	if strings.Contains(out.String(), "sign in as admin with password") {
+		t.Fatal("the password from ATELIER_ADMIN_PASSWORD was printed")
 	}
 }
 

@@ -2,6 +2,8 @@ package server
 
 import (
 	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -169,4 +171,34 @@ func TestAnonymousIsSentToSignIn(t *testing.T) {
 		t.Fatalf("anonymous page: %d %q", res.StatusCode, res.Header.Get("Location"))
 	}
 	expectProblem(t, c.get("/projects", jsonAccept), http.StatusUnauthorized, "sign_in_required")
+}
+
+// Under TLS the session cookie is Secure without any setting.
+func TestSecureCookiesUnderTLS(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.app.Auth.CreateUser(t.Context(), "ann", "correct horse", false); err != nil {
+		t.Fatal(err)
+	}
+	tls := httptest.NewTLSServer(h.app.Handler)
+	defer tls.Close()
+	client := tls.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	client.Jar, _ = cookiejar.New(nil)
+	res, err := client.Get(tls.URL + "/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	csrf := findCookie(res, "atelier_csrf")
+	res.Body.Close()
+	if csrf == nil || !csrf.Secure {
+		t.Fatalf("CSRF cookie over TLS = %+v; want Secure", csrf)
+	}
+	res, err = client.PostForm(tls.URL+"/login", url.Values{"username": {"ann"}, "password": {"correct horse"}, "csrf_token": {csrf.Value}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if cookie := findCookie(res, "atelier_session"); res.StatusCode != http.StatusSeeOther || cookie == nil || !cookie.Secure {
+		t.Fatalf("login over TLS: %d, cookie %+v; want 303 and a Secure cookie", res.StatusCode, cookie)
+	}
 }
