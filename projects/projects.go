@@ -247,12 +247,24 @@ func (s *Service) Members(ctx context.Context, acc *Access) ([]models.ProjectMem
 	return s.store.Members(ctx, acc.Project.ID)
 }
 
-// SetMember adds username with role or changes their role. Granting or taking
-// the owner role needs an owner, and the last owner cannot be demoted.
+// SetMember adds username with role or changes their role.
 func (s *Service) SetMember(ctx context.Context, acc *Access, username string, role auth.Role) error {
 	if !auth.ValidRole(role) {
 		return ErrBadRole
 	}
+	return s.changeMember(ctx, acc, username, role)
+}
+
+// RemoveMember takes username out of the project.
+func (s *Service) RemoveMember(ctx context.Context, acc *Access, username string) error {
+	return s.changeMember(ctx, acc, username, "")
+}
+
+// changeMember gives username the role, or removes them when role is "".
+// Granting or taking the owner role needs an owner, and the last owner
+// stays; the owners are locked so two changes cannot both remove "the
+// other" owner.
+func (s *Service) changeMember(ctx context.Context, acc *Access, username string, role auth.Role) error {
 	u, err := s.store.UserByName(ctx, strings.TrimSpace(username))
 	if errors.Is(err, models.ErrNotFound) {
 		return ErrUnknownUser
@@ -266,49 +278,22 @@ func (s *Service) SetMember(ctx context.Context, acc *Access, username string, r
 			return err
 		}
 		current, err := tx.MemberRole(ctx, acc.Project.ID, u.ID)
-		if err != nil && !errors.Is(err, models.ErrNotFound) {
+		switch {
+		case errors.Is(err, models.ErrNotFound) && role == "":
+			return ErrUnknownUser
+		case err != nil && !errors.Is(err, models.ErrNotFound):
 			return err
 		}
-		touchesOwner := role == auth.RoleOwner || current == models.RoleOwner
-		if touchesOwner && !acc.Can(auth.ProjectOwn) {
+		wasOwner := current == models.RoleOwner
+		if (wasOwner || role == auth.RoleOwner) && !acc.Can(auth.ProjectOwn) {
 			return auth.ErrForbidden
 		}
-		if current == models.RoleOwner && role != auth.RoleOwner && owners <= 1 {
+		if wasOwner && role != auth.RoleOwner && owners <= 1 {
 			return ErrLastOwner
 		}
+		if role == "" {
+			return tx.RemoveMember(ctx, acc.Project.ID, u.ID)
+		}
 		return tx.SetMember(ctx, &models.Member{ProjectID: acc.Project.ID, UserID: u.ID, Role: string(role)})
-	})
-}
-
-// RemoveMember takes username out of the project.
-func (s *Service) RemoveMember(ctx context.Context, acc *Access, username string) error {
-	u, err := s.store.UserByName(ctx, username)
-	if errors.Is(err, models.ErrNotFound) {
-		return ErrUnknownUser
-	}
-	if err != nil {
-		return err
-	}
-	return s.store.Tx(ctx, func(tx *models.Store) error {
-		owners, err := tx.LockOwners(ctx, acc.Project.ID)
-		if err != nil {
-			return err
-		}
-		current, err := tx.MemberRole(ctx, acc.Project.ID, u.ID)
-		if errors.Is(err, models.ErrNotFound) {
-			return ErrUnknownUser
-		}
-		if err != nil {
-			return err
-		}
-		if current == models.RoleOwner {
-			if !acc.Can(auth.ProjectOwn) {
-				return auth.ErrForbidden
-			}
-			if owners <= 1 {
-				return ErrLastOwner
-			}
-		}
-		return tx.RemoveMember(ctx, acc.Project.ID, u.ID)
 	})
 }
