@@ -33,6 +33,18 @@ have_postgres || apt_install postgresql
 command -v unshare >/dev/null || apt_install util-linux
 [ -x /usr/bin/chromium ] || [ -n "${ATELIER_CHROMIUM:-}" ] || apt_install chromium
 
+# The object store tests run a real MinIO (storage/miniotest). It is built
+# from source once into the cache, and again when the pinned version changes;
+# go install with a version leaves go.mod alone.
+minio_version=v0.0.0-20260212201848-7aac2a2c5b7c
+minio_bin="${XDG_CACHE_HOME:-$HOME/.cache}/atelier/minio/bin"
+minio_built=$(go version -m "$minio_bin/minio" 2>/dev/null || true)
+if [ -z "${ATELIER_MINIO:-}" ] && [[ "$minio_built" != *"github.com/minio/minio"*"$minio_version"* ]]; then
+	say "building MinIO into $minio_bin; this takes a few minutes, once ..."
+	GOBIN="$minio_bin" go install "github.com/minio/minio@$minio_version"
+fi
+export ATELIER_MINIO="${ATELIER_MINIO:-$minio_bin/minio}"
+
 go vet ./...
 go test -race -count=1 -timeout 20m ./...
 go test -run '^$' -fuzz FuzzCheckLexical -fuzztime 15s ./workspace

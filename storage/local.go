@@ -1,0 +1,195 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// Local keeps objects as files under a folder, by default <data>/objects.
+//
+// A key's last segment is fanned out by its first two characters, as git
+// does, so that millions of blobs do not share one folder: "blobs/3fa9c1..."
+// is the file <dir>/blobs/3f/3fa9c1... (a one-character segment "x" gives
+// x/x). The other segments are folders of the same names.
+//
+// A Put writes a temporary file next to the object's, whose name holds a '~'
+// that no key can hold, syncs it, renames it over the object's name and
+// syncs the folder: an object is either absent or whole, even after a crash.
+// A crash can leave such a temporary file behind; it is never visible as an
+// object.
+//
+// As on any file system, two keys where one's file would be a folder of the
+// other's (for instance "a/b" and "a/b/c", or "blobs/abc" and
+// "blobs/ab/abc/d") cannot both be stored: the second Put fails. Keys made of
+// a kind and a hash, as Atelier's are, never meet this.
+//
+// Files are made 0600 and folders 0700: objects hold users' code.
+type Local struct {
+	dir string
+}
+
+// tempPattern names temporary files; '~' cannot appear in a key, so a
+// temporary file is never mistaken for an object.
+const tempPattern = "put~*"
+
+// NewLocal returns a store over dir, creating the folder if needed.
+func NewLocal(dir string) (*Local, error) {
+	if dir == "" {
+		return nil, errors.New("storage: local: empty folder name")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("storage: local: %w", err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("storage: local: %w", err)
+	}
+	return &Local{dir: abs}, nil
+}
+
+// path returns the file of a key that CheckKey accepted.
+func (l *Local) path(key string) string {
+	parent, last := "", key
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		parent, last = key[:i], key[i+1:]
+	}
+	fan := last[:min(2, len(last))]
+	return filepath.Join(l.dir, filepath.FromSlash(parent), fan, last)
+}
+
+// Get opens the object's file.
+func (l *Local) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if err := CheckKey(key); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("storage: get %s: %w", key, err)
+	}
+	f, err := os.Open(l.path(key))
+	if err != nil {
+		return nil, fmt.Errorf("storage: get %s: %w", key, notExist(err))
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file: %w", f.Name(), fs.ErrNotExist)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("storage: get %s: %w", key, err)
+	}
+	return f, nil
+}
+
+// Stat returns the size of the object's file.
+func (l *Local) Stat(ctx context.Context, key string) (int64, error) {
+	if err := CheckKey(key); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("storage: stat %s: %w", key, err)
+	}
+	fi, err := os.Stat(l.path(key))
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file: %w", l.path(key), fs.ErrNotExist)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("storage: stat %s: %w", key, notExist(err))
+	}
+	return fi.Size(), nil
+}
+
+// Put writes the object to a temporary file and renames it into place.
+func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if err := checkPut(ctx, size); err != nil {
+		return fmt.Errorf("storage: put %s: %w", key, err)
+	}
+	if err := l.put(ctx, l.path(key), r, size); err != nil {
+		return fmt.Errorf("storage: put %s: %w", key, err)
+	}
+	return nil
+}
+
+func (l *Local) put(ctx context.Context, path string, r io.Reader, size int64) (err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, tempPattern)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err := io.Copy(f, newExactReader(ctx, r, size)); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	// The rename is durable only once the folder that holds it is synced.
+	return syncDir(dir)
+}
+
+// Delete removes the object's file. It never removes a folder, which a key's
+// file name can be when another key lives below it.
+func (l *Local) Delete(ctx context.Context, key string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("storage: delete %s: %w", key, err)
+	}
+	path := l.path(key)
+	fi, err := os.Lstat(path)
+	if err == nil && fi.IsDir() {
+		return nil
+	}
+	if err == nil {
+		err = os.Remove(path)
+	}
+	if err != nil && !errors.Is(notExist(err), fs.ErrNotExist) {
+		return fmt.Errorf("storage: delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// notExist makes ENOTDIR, met when a folder on the way is a file, an
+// fs.ErrNotExist error like ENOENT: the object is missing all the same.
+func notExist(err error) error {
+	if errors.Is(err, syscall.ENOTDIR) {
+		return fmt.Errorf("%w (%w)", fs.ErrNotExist, err)
+	}
+	return err
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,164 @@
+package storage_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"atelier/storage"
+	"atelier/storage/storagetest"
+)
+
+func TestLocal(t *testing.T) {
+	storagetest.Run(t, func(t *testing.T) storage.ObjectStore {
+		return newLocal(t, t.TempDir())
+	})
+}
+
+func newLocal(t *testing.T, dir string) *storage.Local {
+	t.Helper()
+	l, err := storage.NewLocal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// The files are where Local's comment says, private, and nothing else is
+// there: no temporary file outlives a Put, failed or not.
+func TestLocalLayout(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "objects") // NewLocal creates it
+	l := newLocal(t, dir)
+	ctx := context.Background()
+	objects := map[string]string{
+		"blobs/3fa9c1": "blobs/3f/3fa9c1",
+		"trees/a":      "trees/a/a",
+		"x":            "x/x",
+		"a/b/cd":       "a/b/cd/cd",
+	}
+	for key := range objects {
+		if err := l.Put(ctx, key, strings.NewReader(key), int64(len(key))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Failed Puts, which must leave nothing.
+	if err := l.Put(ctx, "blobs/3fb0", strings.NewReader("short"), 6); !errors.Is(err, storage.ErrSizeMismatch) {
+		t.Fatalf("short Put: %v", err)
+	}
+	if err := l.Put(ctx, "blobs/3fa9c1", strings.NewReader("too long"), 3); !errors.Is(err, storage.ErrSizeMismatch) {
+		t.Fatalf("long Put over an object: %v", err)
+	}
+
+	got := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if perm := fi.Mode().Perm(); perm != 0o700 {
+				t.Errorf("folder %s has mode %v, want 0700", path, perm)
+			}
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, path)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		got[filepath.ToSlash(rel)] = string(data)
+		if perm := fi.Mode().Perm(); perm != 0o600 {
+			t.Errorf("file %s has mode %v, want 0600", rel, perm)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for key, file := range objects {
+		want[file] = key
+	}
+	if len(got) != len(want) {
+		t.Errorf("files under the store: %v, want %v", got, want)
+	}
+	for file, content := range want {
+		if got[file] != content {
+			t.Errorf("file %s holds %q, want %q", file, got[file], content)
+		}
+	}
+}
+
+// A failed Put that had to create folders leaves no file in them, and a
+// later Put of the same key works.
+func TestLocalPutAfterFailure(t *testing.T) {
+	dir := t.TempDir()
+	l := newLocal(t, dir)
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("z"), 100_000)
+	if err := l.Put(ctx, "new/folder/zz", bytes.NewReader(data), int64(len(data))+1); !errors.Is(err, storage.ErrSizeMismatch) {
+		t.Fatalf("short Put: %v", err)
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, "new", "folder", "zz"))
+	if err != nil || len(entries) != 0 {
+		t.Fatalf("after a failed Put the object's folder holds %v (%v), want nothing", entries, err)
+	}
+	if err := l.Put(ctx, "new/folder/zz", bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	if size, err := l.Stat(ctx, "new/folder/zz"); err != nil || size != int64(len(data)) {
+		t.Fatalf("Stat = %d, %v", size, err)
+	}
+}
+
+// A key's file name taken by a folder (another key lives below it) makes
+// Put fail, and Delete leaves the folder and what is in it alone.
+func TestLocalKeyOverFolder(t *testing.T) {
+	l := newLocal(t, t.TempDir())
+	ctx := context.Background()
+	if err := l.Put(ctx, "k/ab/abc", strings.NewReader("below"), 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Put(ctx, "k/ab", strings.NewReader("over"), 4); err == nil {
+		t.Error("Put of a key whose file is a folder succeeded")
+	}
+	if err := l.Delete(ctx, "k/ab"); err != nil {
+		t.Errorf("Delete: %v", err)
+	}
+	if _, err := l.Stat(ctx, "k/ab/abc"); err != nil {
+		t.Errorf("the object below: %v", err)
+	}
+}
+
+func TestNewLocal(t *testing.T) {
+	if _, err := storage.NewLocal(""); err == nil {
+		t.Error("NewLocal(\"\") succeeded")
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := storage.NewLocal(file); err == nil {
+		t.Error("NewLocal over a file succeeded")
+	}
+	// A relative folder is made absolute once, so a later chdir does not
+	// move the store.
+	t.Chdir(t.TempDir())
+	l := newLocal(t, "rel")
+	ctx := context.Background()
+	if err := l.Put(ctx, "a", strings.NewReader("1"), 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
+	if _, err := l.Stat(ctx, "a"); err != nil {
+		t.Errorf("after chdir: %v", err)
+	}
+}
