@@ -1,0 +1,160 @@
+package gitsvc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Batch reads many objects through one `git cat-file --batch` process. It
+// holds the repository's read lock from OpenBatch to Close, so writers wait
+// for it: close it as soon as the reading is done, and always close it.
+// Each Read must finish within the command timeout; the process lives until
+// Close or the end of the context given to OpenBatch.
+type Batch struct {
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	out     *bufio.Reader
+	stderr  *tailBuffer
+	shown   []string
+	ctx     context.Context // ends the process when done
+	cancel  context.CancelFunc
+	release func()
+	timeout time.Duration
+	max     int64
+	expired atomic.Bool // a Read ran out of time and killed the process
+	err     error       // once set, the process is out of step and Read fails
+	closed  bool
+}
+
+// OpenBatch starts a cat-file reader on r under r's read lock.
+func (s *Service) OpenBatch(ctx context.Context, r *Repo) (*Batch, error) {
+	release, err := s.rlock(ctx, r, false)
+	if err != nil {
+		return nil, err
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	cmd, shown := s.cmd(bctx, newCommand("cat-file", "--batch"), runOpts{repo: r})
+	b := &Batch{
+		cmd:     cmd,
+		stderr:  &tailBuffer{max: stderrLimit},
+		shown:   shown,
+		ctx:     bctx,
+		cancel:  cancel,
+		release: release,
+		timeout: s.timeoutFor(ctx),
+		max:     s.maxOutput,
+	}
+	cmd.Stderr = b.stderr
+	stdin, err := cmd.StdinPipe()
+	if err == nil {
+		b.stdin = stdin
+		var stdout io.ReadCloser
+		if stdout, err = cmd.StdoutPipe(); err == nil {
+			b.out = bufio.NewReaderSize(stdout, 64<<10)
+			err = cmd.Start()
+		}
+	}
+	if err != nil {
+		cancel()
+		release()
+		return nil, &GitError{Args: shown, ExitCode: -1, Err: err}
+	}
+	return b, nil
+}
+
+// Read returns the type and content of the object name (normally a hash;
+// any name without a newline works, such as "<commit>:<path>"). A missing
+// object is ErrNotFound and leaves the Batch usable; any other failure
+// leaves it broken. Read is safe for concurrent use, one object at a time.
+func (b *Batch) Read(name string) (objType string, data []byte, err error) {
+	if err := checkValue(name); err != nil {
+		return "", nil, err
+	}
+	if strings.ContainsAny(name, "\n") {
+		return "", nil, fmt.Errorf("%w: object name holds a newline", ErrBadArgument)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return "", nil, errors.New("gitsvc: batch is closed")
+	}
+	if b.err != nil {
+		return "", nil, b.err
+	}
+	watchdog := time.AfterFunc(b.timeout, func() {
+		b.expired.Store(true)
+		b.cancel()
+	})
+	objType, data, err = b.read(name)
+	watchdog.Stop()
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		switch {
+		case b.expired.Load():
+			err = fmt.Errorf("timed out after %s: %w", b.timeout, context.DeadlineExceeded)
+		case b.ctx.Err() != nil:
+			err = b.ctx.Err()
+		}
+		b.err = &GitError{Args: b.shown, ExitCode: -1, Stderr: b.stderr.String(), Err: err}
+		b.cancel() // out of step for good
+		return "", nil, b.err
+	}
+	return objType, data, err
+}
+
+func (b *Batch) read(name string) (string, []byte, error) {
+	if _, err := io.WriteString(b.stdin, name+"\n"); err != nil {
+		return "", nil, err
+	}
+	line, err := b.out.ReadString('\n')
+	if err != nil {
+		return "", nil, err
+	}
+	line = strings.TrimSuffix(line, "\n")
+	_, typ, size, ok := parseHeader(line)
+	if !ok {
+		if strings.HasSuffix(line, " missing") || strings.HasSuffix(line, " ambiguous") {
+			return "", nil, fmt.Errorf("gitsvc: object %q: %w", name, ErrNotFound)
+		}
+		return "", nil, fmt.Errorf("unexpected cat-file header %q", line)
+	}
+	data, err := readObject(b.out, size, b.max)
+	if err != nil {
+		return "", nil, err
+	}
+	return typ, data, nil
+}
+
+// Close ends the process and releases the read lock. It reports a failure
+// of the process that Read has not already reported.
+func (b *Batch) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	defer b.release()
+	defer b.cancel()
+	b.stdin.Close() // cat-file exits at the end of its input
+	watchdog := time.AfterFunc(b.timeout, b.cancel)
+	err := b.cmd.Wait()
+	watchdog.Stop()
+	if err != nil && b.err == nil {
+		ge := &GitError{Args: b.shown, ExitCode: -1, Stderr: b.stderr.String(), Err: err}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			ge.ExitCode = ee.ExitCode()
+		}
+		return ge
+	}
+	return nil
+}

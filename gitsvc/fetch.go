@@ -1,0 +1,126 @@
+package gitsvc
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// importRef receives the source's HEAD in FetchInto.
+const importRef = "refs/atelier/import"
+
+// FetchInto fetches the HEAD of source, with its history, into r as
+// refs/atelier/import, under r's write lock, and returns that commit.
+//
+// source is an https, http, ssh or git URL, or scp-style user@host:path.
+// Only with allowLocal may it be an absolute path on this server or a
+// file:// URL: such a source can read any repository the server can.
+// Remote helpers (ext::, fd::, any "<transport>::"), other schemes,
+// relative paths and anything starting with '-' are ErrBadArgument, before
+// git runs; git is also told to allow only the one transport the source
+// needs (GIT_ALLOW_PROTOCOL). A source without a HEAD is ErrNotFound. Pass
+// a longer WithCommandTimeout for big repositories.
+func (s *Service) FetchInto(ctx context.Context, r *Repo, source string, allowLocal bool) (sourceHead string, err error) {
+	protocol, err := sourceProtocol(source, allowLocal)
+	if err != nil {
+		return "", err
+	}
+	release, err := s.rlock(ctx, r, true)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	c := newCommand("fetch", "--quiet", "--no-tags", "--no-recurse-submodules",
+		"--no-auto-maintenance", "--no-write-fetch-head", "--end-of-options").
+		url(source).lit("+HEAD:" + importRef)
+	_, err = s.run(ctx, c, runOpts{repo: r, protocols: protocol})
+	if err != nil {
+		msg := stderrOf(err)
+		switch {
+		case strings.Contains(msg, "couldn't find remote ref HEAD"):
+			return "", fmt.Errorf("gitsvc: fetch %s: no HEAD: %w: %w", SanitizeURL(source), ErrNotFound, err)
+		case strings.Contains(msg, "does not appear to be a git repository"):
+			return "", fmt.Errorf("gitsvc: fetch %s: %w: %w", SanitizeURL(source), ErrNotRepository, err)
+		}
+		return "", err
+	}
+	return s.resolve(ctx, r, importRef+"^{commit}")
+}
+
+// sourceProtocol classifies source the way git will and returns the one
+// transport it may use, or ErrBadArgument.
+func sourceProtocol(source string, allowLocal bool) (string, error) {
+	refuse := func(why string) (string, error) {
+		return "", fmt.Errorf("%w: source %q: %s", ErrBadArgument, SanitizeURL(source), why)
+	}
+	if err := checkValue(source); err != nil {
+		return "", err
+	}
+	if strings.ContainsFunc(source, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return refuse("control character")
+	}
+	// Git reads "<transport>::<address>" as a remote helper: ext:: runs a
+	// command, fd:: talks to a descriptor. None is allowed.
+	if i := strings.Index(source, "::"); i > 0 && isScheme(source[:i]) {
+		return refuse("remote helpers are not allowed")
+	}
+	if scheme, rest, ok := strings.Cut(source, "://"); ok && isScheme(scheme) {
+		var protocol string
+		switch strings.ToLower(scheme) {
+		case "https", "http", "git":
+			protocol = strings.ToLower(scheme)
+		case "ssh", "git+ssh", "ssh+git":
+			protocol = "ssh"
+		case "file":
+			if !allowLocal {
+				return refuse("local repositories are not allowed")
+			}
+			return "file", nil
+		default:
+			return refuse("scheme " + scheme + " is not allowed")
+		}
+		host, _, _ := strings.Cut(rest, "/")
+		if at := strings.LastIndexByte(host, '@'); at >= 0 {
+			host = host[at+1:]
+		}
+		if host == "" || host[0] == '-' {
+			return refuse("bad host")
+		}
+		return protocol, nil
+	}
+	if filepath.IsAbs(source) {
+		if !allowLocal {
+			return refuse("local repositories are not allowed")
+		}
+		return "file", nil
+	}
+	// scp-style [user@]host:path: a colon before any slash.
+	if i := strings.IndexByte(source, ':'); i > 0 && !strings.Contains(source[:i], "/") {
+		host := source[:i]
+		if at := strings.LastIndexByte(host, '@'); at >= 0 {
+			host = host[at+1:]
+		}
+		if host == "" || host[0] == '-' {
+			return refuse("bad host")
+		}
+		return "ssh", nil
+	}
+	return refuse("not a URL or an absolute path")
+}
+
+// isScheme reports whether s could be a URL scheme as git sees one: a
+// letter or digit, then letters, digits, '+', '-' and '.'.
+func isScheme(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '+' && c != '-' && c != '.') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,309 @@
+package gitsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A repository lock has two halves, always taken in this order and released
+// in the reverse one:
+//
+//  1. a reservation in this process, fair between readers and writers: a
+//     queued writer is not overtaken by readers that arrive after it;
+//  2. flock on <git common dir>/atelier.lock, LOCK_SH for readers and
+//     LOCK_EX for writers, which other processes of ours and people's tools
+//     (flock(1)) see too.
+//
+// Because our own readers drop their flock before their reservation, a
+// writer of ours never waits on a flock held by readers of this process.
+// The lock file is never deleted: a waiter holding a deleted file's
+// descriptor would think it owned a lock nobody else can see.
+
+// Lock takes the lock of the repository whose common git directory is
+// gitDir: shared when write is false, exclusive when it is true. It waits at
+// most Config.LockWait (then the error wraps ErrBusy) and stops waiting when
+// ctx ends. release is safe to call more than once.
+//
+// The repository methods take this lock themselves, and it is not
+// reentrant: while holding it, call them with the context from Hold instead.
+func (s *Service) Lock(ctx context.Context, gitDir string, write bool) (release func(), err error) {
+	if !filepath.IsAbs(gitDir) {
+		return nil, fmt.Errorf("%w: git dir %q is not absolute", ErrBadArgument, gitDir)
+	}
+	key, err := filepath.EvalSymlinks(gitDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("gitsvc: lock %s: %w: %w", gitDir, ErrNotFound, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gitsvc: lock %s: %w", gitDir, err)
+	}
+	return s.lock(ctx, key, write)
+}
+
+type heldKey struct{}
+
+// held is a lock carried by a context from Hold.
+type held struct {
+	s      *Service
+	key    string
+	write  bool
+	done   atomic.Bool
+	parent *held
+}
+
+// Hold is Lock for a sequence of calls: the returned context carries the
+// lock, and repository methods called with it on the same repository run
+// inside it instead of waiting for it again. A write lock covers reads; a
+// method that writes under a held read lock fails rather than deadlock.
+func (s *Service) Hold(ctx context.Context, gitDir string, write bool) (context.Context, func(), error) {
+	release, err := s.Lock(ctx, gitDir, write)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, _ := filepath.EvalSymlinks(gitDir) // resolved by Lock a moment ago
+	h := &held{s: s, key: key, write: write}
+	h.parent, _ = ctx.Value(heldKey{}).(*held)
+	return context.WithValue(ctx, heldKey{}, h), func() {
+		h.done.Store(true)
+		release()
+	}, nil
+}
+
+// lock takes the lock of the repository whose resolved git dir is key.
+func (s *Service) lock(ctx context.Context, key string, write bool) (func(), error) {
+	for h, _ := ctx.Value(heldKey{}).(*held); h != nil; h = h.parent {
+		if h.s != s || h.key != key || h.done.Load() {
+			continue
+		}
+		if write && !h.write {
+			return nil, fmt.Errorf("gitsvc: lock %s: the context holds a read lock and this needs the write lock", key)
+		}
+		return func() {}, nil
+	}
+
+	deadline := time.Now().Add(s.lockWait)
+	if err := s.locks.acquire(ctx, key, write, deadline); err != nil {
+		return nil, s.lockError(key, write, err)
+	}
+	f, err := flockFile(ctx, filepath.Join(key, lockName), write, deadline)
+	if err != nil {
+		s.locks.release(key, write)
+		return nil, s.lockError(key, write, err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			// Unlock explicitly: a process forked meanwhile may hold a
+			// copy of the descriptor until it execs, and closing ours
+			// alone would leave the lock held through that copy.
+			unix.Flock(int(f.Fd()), unix.LOCK_UN)
+			f.Close()
+			s.locks.release(key, write)
+		})
+	}, nil
+}
+
+func (s *Service) lockError(key string, write bool, err error) error {
+	kind := "read"
+	if write {
+		kind = "write"
+	}
+	switch {
+	case errors.Is(err, ErrBusy):
+		return fmt.Errorf("gitsvc: %s lock on %s not free within %s: %w", kind, key, s.lockWait, ErrBusy)
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("gitsvc: %s lock on %s: %w: %w", kind, key, ErrNotFound, err)
+	default:
+		return fmt.Errorf("gitsvc: %s lock on %s: %w", kind, key, err)
+	}
+}
+
+// flockFile opens the lock file, creating it if needed, and locks it.
+// flock(2) cannot be interrupted, so it polls with LOCK_NB and a growing
+// pause until the lock is free, ctx ends or the deadline passes.
+func flockFile(ctx context.Context, name string, write bool, deadline time.Time) (*os.File, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if errors.Is(err, fs.ErrPermission) || errors.Is(err, unix.EROFS) {
+		// flock works on a read-only descriptor too, if the file exists.
+		f, err = os.Open(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	how := unix.LOCK_SH
+	if write {
+		how = unix.LOCK_EX
+	}
+	pause := 2 * time.Millisecond
+	for {
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("flock %s: %w", name, err)
+		}
+		wait := min(pause, time.Until(deadline))
+		if wait <= 0 {
+			f.Close()
+			return nil, ErrBusy
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			f.Close()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
+
+// reservations are the in-process halves of repository locks.
+type reservations struct {
+	mu    sync.Mutex
+	gates map[string]*gate
+}
+
+// gate is one repository's reservation. Grants go strictly in queue order,
+// except that a reader arriving with nobody queued joins current readers.
+type gate struct {
+	readers int
+	writer  bool
+	queue   []*waiter
+	users   int // holders and waiters; the gate is forgotten at zero
+}
+
+type waiter struct {
+	write   bool
+	granted chan struct{} // closed when granted
+}
+
+func newReservations() *reservations {
+	return &reservations{gates: make(map[string]*gate)}
+}
+
+func (g *gate) free(write bool) bool {
+	if write {
+		return !g.writer && g.readers == 0
+	}
+	return !g.writer
+}
+
+func (g *gate) take(write bool) {
+	if write {
+		g.writer = true
+	} else {
+		g.readers++
+	}
+}
+
+func (g *gate) drop(write bool) {
+	if write {
+		g.writer = false
+	} else {
+		g.readers--
+	}
+}
+
+// wake grants waiters from the head of the queue while they fit: a run of
+// readers together, or one writer.
+func (g *gate) wake() {
+	for len(g.queue) > 0 && g.free(g.queue[0].write) {
+		w := g.queue[0]
+		g.queue[0] = nil
+		g.queue = g.queue[1:]
+		g.take(w.write)
+		close(w.granted)
+	}
+}
+
+func (g *gate) remove(w *waiter) {
+	for i, q := range g.queue {
+		if q == w {
+			g.queue = append(g.queue[:i], g.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// acquire waits for the reservation until ctx ends or the deadline passes
+// (ErrBusy). A waiter that gives up leaves the queue, which may let those
+// behind it through.
+func (rs *reservations) acquire(ctx context.Context, key string, write bool, deadline time.Time) error {
+	rs.mu.Lock()
+	g := rs.gates[key]
+	if g == nil {
+		g = &gate{}
+		rs.gates[key] = g
+	}
+	g.users++
+	if len(g.queue) == 0 && g.free(write) {
+		g.take(write)
+		rs.mu.Unlock()
+		return nil
+	}
+	w := &waiter{write: write, granted: make(chan struct{})}
+	g.queue = append(g.queue, w)
+	rs.mu.Unlock()
+
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	var err error
+	select {
+	case <-w.granted:
+		return nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-t.C:
+		err = ErrBusy
+	}
+
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	select {
+	case <-w.granted:
+		g.drop(w.write) // granted as we gave up: hand it on
+	default:
+		g.remove(w)
+	}
+	g.wake()
+	rs.leave(key, g)
+	return err
+}
+
+func (rs *reservations) release(key string, write bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	g := rs.gates[key]
+	g.drop(write)
+	g.wake()
+	rs.leave(key, g)
+}
+
+func (rs *reservations) leave(key string, g *gate) {
+	if g.users--; g.users == 0 {
+		delete(rs.gates, key)
+	}
+}
+
+// state reports a repository's reservation, for tests.
+func (rs *reservations) state(key string) (readers int, writer bool, queued int) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if g := rs.gates[key]; g != nil {
+		return g.readers, g.writer, len(g.queue)
+	}
+	return 0, false, 0
+}
