@@ -31,6 +31,7 @@ type Project struct {
 	WorkspaceMode    string     `json:"workspaceMode" gorm:"default:container;check:projects_workspace_mode_known,workspace_mode IN ('container', 'local')"`
 	WorkspacePath    *string    `json:"workspacePath" gorm:"check:projects_workspace_path_matches_mode,(workspace_mode = 'local') = (workspace_path IS NOT NULL)"`
 	Status           string     `json:"status" gorm:"default:active"`
+	CanonicalCommit  *string    `json:"canonicalCommit"`
 	CreatedBy        *int64     `json:"createdBy"`
 	CreatedAt        time.Time  `json:"createdAt"`
 	ArchivedAt       *time.Time `json:"archivedAt"`

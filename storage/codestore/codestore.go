@@ -1,0 +1,298 @@
+// Package codestore publishes the trees of canonical commits into the object
+// store and reads them back. Trees and blobs are stored under content
+// addresses ("trees/<sha>", "blobs/<sha>"), so a second publish stores only
+// what changed, and reading a folder costs one tree object, which never
+// changes and so is cached in memory. When the object store misses or cannot
+// be reached, reads fall back to the git service.
+package codestore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"atelier/gitsvc"
+	"atelier/models"
+	"atelier/storage"
+)
+
+var (
+	// ErrNotFound is a path that is not in the commit.
+	ErrNotFound = errors.New("codestore: no such file or folder")
+	// ErrIsDir is a file read of a folder.
+	ErrIsDir = errors.New("codestore: that is a folder")
+)
+
+// Kinds of entries in a listing.
+const (
+	KindFile      = "file"
+	KindDir       = "dir"
+	KindSymlink   = "symlink"
+	KindSubmodule = "submodule"
+)
+
+// Entry is one item of a folder.
+type Entry struct {
+	Name string `json:"name"`
+	Kind string `json:"type"`
+	Size int64  `json:"size"`
+	SHA  string `json:"-"`
+}
+
+// objectTimeout bounds each object store call on the read path, so an
+// unreachable store costs a request at most this before git answers.
+const objectTimeout = 3 * time.Second
+
+// Store publishes and reads code trees.
+type Store struct {
+	objects storage.ObjectStore
+	git     *gitsvc.Service
+	db      *models.Store
+	log     *slog.Logger
+	trees   *lru.Cache[string, []Entry] // tree sha → entries; trees are immutable
+	roots   sync.Map                    // commit sha → root tree sha; commits are immutable
+}
+
+// New returns a Store caching up to cachedTrees parsed trees.
+func New(objects storage.ObjectStore, git *gitsvc.Service, db *models.Store, log *slog.Logger, cachedTrees int) (*Store, error) {
+	trees, err := lru.New[string, []Entry](cachedTrees)
+	if err != nil {
+		return nil, fmt.Errorf("codestore: %w", err)
+	}
+	return &Store{objects: objects, git: git, db: db, log: log, trees: trees}, nil
+}
+
+// Source is a commit of a repository.
+type Source struct {
+	Repo   *gitsvc.Repo
+	Commit string
+}
+
+func treeKey(sha string) string { return "trees/" + sha }
+func blobKey(sha string) string { return "blobs/" + sha }
+
+// kindOf maps a git mode to what the Code page shows.
+func kindOf(mode string) string {
+	switch mode {
+	case "040000":
+		return KindDir
+	case "120000":
+		return KindSymlink
+	case "160000":
+		return KindSubmodule
+	}
+	return KindFile
+}
+
+// sortEntries puts folders first, then everything by name, as the tree shows
+// them; published trees are stored in this order so reads never sort.
+func sortEntries(es []Entry) {
+	sort.Slice(es, func(i, j int) bool {
+		if (es[i].Kind == KindDir) != (es[j].Kind == KindDir) {
+			return es[i].Kind == KindDir
+		}
+		return es[i].Name < es[j].Name
+	})
+}
+
+// storedEntry is an Entry as kept in a tree object.
+type storedEntry struct {
+	Name string `json:"n"`
+	Kind string `json:"k"`
+	Size int64  `json:"z"`
+	SHA  string `json:"s"`
+}
+
+func encodeTree(es []Entry) []byte {
+	out := make([]storedEntry, len(es))
+	for i, e := range es {
+		out[i] = storedEntry(e)
+	}
+	b, _ := json.Marshal(out) // plain strings and numbers cannot fail
+	return b
+}
+
+func decodeTree(b []byte) ([]Entry, error) {
+	var in []storedEntry
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, fmt.Errorf("codestore: corrupt tree object: %w", err)
+	}
+	out := make([]Entry, len(in))
+	for i, e := range in {
+		out[i] = Entry(e)
+	}
+	return out, nil
+}
+
+// List returns the entries of dir ("" is the root) at the source's commit:
+// from the object store when the commit is published, else from git.
+func (s *Store) List(ctx context.Context, src Source, dir string) ([]Entry, error) {
+	if root, ok := s.publishedRoot(ctx, src.Commit); ok {
+		es, err := s.walk(ctx, root, dir)
+		if err == nil || errors.Is(err, ErrNotFound) {
+			return es, err
+		}
+		s.log.Warn("codestore: object store read failed; reading through git", "commit", src.Commit, "dir", dir, "err", err)
+	}
+	return s.gitList(ctx, src, dir)
+}
+
+// Read returns up to max bytes of the file at path and its full size.
+func (s *Store) Read(ctx context.Context, src Source, path string, max int64) ([]byte, int64, error) {
+	if root, ok := s.publishedRoot(ctx, src.Commit); ok {
+		data, size, err := s.readPublished(ctx, root, path, max)
+		if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrIsDir) {
+			return data, size, err
+		}
+		s.log.Warn("codestore: object store read failed; reading through git", "commit", src.Commit, "path", path, "err", err)
+	}
+	data, size, err := s.git.ReadBlob(ctx, src.Repo, src.Commit, path)
+	if errors.Is(err, gitsvc.ErrNotFound) {
+		return nil, 0, ErrNotFound
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if int64(len(data)) > max {
+		data = data[:max]
+	}
+	return data, size, nil
+}
+
+func (s *Store) readPublished(ctx context.Context, root, path string, max int64) ([]byte, int64, error) {
+	dir, name := splitPath(path)
+	es, err := s.walk(ctx, root, dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	e, ok := find(es, name)
+	if !ok {
+		return nil, 0, ErrNotFound
+	}
+	if e.Kind == KindDir || e.Kind == KindSubmodule {
+		return nil, 0, ErrIsDir
+	}
+	ctx, cancel := context.WithTimeout(ctx, objectTimeout)
+	defer cancel()
+	rc, err := s.objects.Get(ctx, blobKey(e.SHA))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, max))
+	if err != nil {
+		return nil, 0, err
+	}
+	return data, e.Size, nil
+}
+
+// walk loads the tree of dir by descending from the root tree.
+func (s *Store) walk(ctx context.Context, root, dir string) ([]Entry, error) {
+	es, err := s.tree(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	if dir == "" {
+		return es, nil
+	}
+	for _, name := range strings.Split(dir, "/") {
+		e, ok := find(es, name)
+		if !ok || e.Kind != KindDir {
+			return nil, ErrNotFound
+		}
+		if es, err = s.tree(ctx, e.SHA); err != nil {
+			return nil, err
+		}
+	}
+	return es, nil
+}
+
+func (s *Store) tree(ctx context.Context, sha string) ([]Entry, error) {
+	if es, ok := s.trees.Get(sha); ok {
+		return es, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, objectTimeout)
+	defer cancel()
+	rc, err := s.objects.Get(ctx, treeKey(sha))
+	if err != nil {
+		// A published tree that is missing is a store problem, not a
+		// missing path: fall back rather than answer 404.
+		return nil, fmt.Errorf("codestore: tree %s: %w", sha, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("codestore: tree %s: %w", sha, err)
+	}
+	es, err := decodeTree(b)
+	if err != nil {
+		return nil, err
+	}
+	s.trees.Add(sha, es)
+	return es, nil
+}
+
+func (s *Store) publishedRoot(ctx context.Context, commit string) (string, bool) {
+	if root, ok := s.roots.Load(commit); ok {
+		return root.(string), true
+	}
+	root, err := s.db.PublishedRoot(ctx, commit)
+	if err != nil {
+		if !errors.Is(err, models.ErrNotFound) {
+			s.log.Warn("codestore: published commits unreadable", "err", err)
+		}
+		return "", false
+	}
+	s.roots.Store(commit, root)
+	return root, true
+}
+
+func (s *Store) gitList(ctx context.Context, src Source, dir string) ([]Entry, error) {
+	ges, err := s.git.List(ctx, src.Repo, src.Commit, dir)
+	if errors.Is(err, gitsvc.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	es := make([]Entry, len(ges))
+	for i, g := range ges {
+		es[i] = fromGit(g, g.Path)
+	}
+	sortEntries(es)
+	return es, nil
+}
+
+func fromGit(g gitsvc.Entry, name string) Entry {
+	size := g.Size
+	if size < 0 {
+		size = 0
+	}
+	return Entry{Name: name, Kind: kindOf(g.Mode), Size: size, SHA: g.SHA}
+}
+
+func find(es []Entry, name string) (Entry, bool) {
+	for _, e := range es {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return Entry{}, false
+}
+
+// splitPath splits "a/b/c" into "a/b" and "c".
+func splitPath(p string) (dir, name string) {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i], p[i+1:]
+	}
+	return "", p
+}
