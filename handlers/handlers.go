@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"atelier/auth"
 	"atelier/projects"
 	"atelier/views"
 )
@@ -36,6 +37,15 @@ func (a Adapter) Handle(fn Func) gin.HandlerFunc {
 // NotFound answers routes that do not exist like missing projects.
 func (a Adapter) NotFound(c *gin.Context) {
 	a.Render.RenderError(c, a.Log, &views.Problem{Status: http.StatusNotFound, Reason: "not_found", Message: "Not found."})
+}
+
+// access authorizes action on the project of the URL's :id.
+func access(c *gin.Context, svc *projects.Service, action auth.Action) (*projects.Access, error) {
+	id, err := projectID(c)
+	if err != nil {
+		return nil, err
+	}
+	return svc.Authorize(c.Request.Context(), auth.User(c), id, action)
 }
 
 // projectID reads the :id of a project URL. A malformed id is a project that

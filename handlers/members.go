@@ -30,7 +30,7 @@ func (v membersView) JSON() any {
 
 // AddMember adds a person to the project or changes their role.
 func (h *Projects) AddMember(c *gin.Context) error {
-	acc, err := h.authorize(c, auth.ProjectManage)
+	acc, err := access(c, h.Projects, auth.ProjectManage)
 	if err != nil {
 		return err
 	}
@@ -40,7 +40,7 @@ func (h *Projects) AddMember(c *gin.Context) error {
 
 // RemoveMember takes a person out of the project.
 func (h *Projects) RemoveMember(c *gin.Context) error {
-	acc, err := h.authorize(c, auth.ProjectManage)
+	acc, err := access(c, h.Projects, auth.ProjectManage)
 	if err != nil {
 		return err
 	}

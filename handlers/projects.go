@@ -122,7 +122,7 @@ func (v projectView) JSON() any {
 
 // Show renders the project page.
 func (h *Projects) Show(c *gin.Context) error {
-	acc, err := h.authorize(c, auth.CodeRead)
+	acc, err := access(c, h.Projects, auth.CodeRead)
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func (h *Projects) Show(c *gin.Context) error {
 
 // Archive makes the project read-only.
 func (h *Projects) Archive(c *gin.Context) error {
-	acc, err := h.authorize(c, auth.ProjectManage)
+	acc, err := access(c, h.Projects, auth.ProjectManage)
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (h *Projects) Archive(c *gin.Context) error {
 
 // Delete removes the project and what Atelier keeps for it.
 func (h *Projects) Delete(c *gin.Context) error {
-	acc, err := h.authorize(c, auth.ProjectOwn)
+	acc, err := access(c, h.Projects, auth.ProjectOwn)
 	if err != nil {
 		return err
 	}
@@ -177,12 +177,4 @@ func (h *Projects) Delete(c *gin.Context) error {
 	}
 	c.Status(http.StatusNoContent)
 	return nil
-}
-
-func (h *Projects) authorize(c *gin.Context, action auth.Action) (*projects.Access, error) {
-	id, err := projectID(c)
-	if err != nil {
-		return nil, err
-	}
-	return h.Projects.Authorize(c.Request.Context(), auth.User(c), id, action)
 }

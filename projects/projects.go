@@ -9,13 +9,16 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"atelier/auth"
+	"atelier/gitsvc"
 	"atelier/models"
+	"atelier/storage/codestore"
 	"atelier/workspace"
 )
 
@@ -37,14 +40,21 @@ const maxDirNameTries = 100
 type Service struct {
 	store *models.Store
 	ws    *workspace.Workspaces
+	git   *gitsvc.Service
+	code  *codestore.Store
 	now   func() time.Time
 	log   *slog.Logger
 }
 
 // NewService returns a Service.
-func NewService(store *models.Store, ws *workspace.Workspaces, now func() time.Time, log *slog.Logger) *Service {
-	return &Service{store: store, ws: ws, now: now, log: log}
+func NewService(store *models.Store, ws *workspace.Workspaces, git *gitsvc.Service, code *codestore.Store, now func() time.Time, log *slog.Logger) *Service {
+	return &Service{store: store, ws: ws, git: git, code: code, now: now, log: log}
 }
+
+// CanonicalName is the git service's name of a Container project's canonical
+// repository. It derives from the row id only, so cleanup never trusts a
+// name read from anywhere else.
+func CanonicalName(projectID int64) string { return "project-" + strconv.FormatInt(projectID, 10) }
 
 // Access is a member's view of one project.
 type Access struct {
@@ -154,16 +164,18 @@ func (s *Service) Create(ctx context.Context, user *models.User, in CreateInput)
 			return nil, err
 		}
 		s.log.Info("project created", "project", p.ID, "mode", p.WorkspaceMode, "dir", p.WorkspaceDirName, "by", user.Username)
+		s.publishCanonical(ctx, p)
 		return p, nil
 	}
 	return nil, fmt.Errorf("projects: no free workspace folder name for %q after %d tries", base, maxDirNameTries)
 }
 
-// insert writes the row and, for a Container project, makes its folder in the
-// same step: if the folder cannot be made the row is rolled back, and if the
-// commit fails the folder is removed.
+// insert writes the row and, for a Container project, makes its folder and
+// its canonical repository with a first commit in the same step: if either
+// cannot be made the row is rolled back, and if the commit fails they are
+// removed.
 func (s *Service) insert(ctx context.Context, p *models.Project, ownerID int64) error {
-	madeDir := false
+	var madeDir, madeRepo bool
 	err := s.store.Tx(ctx, func(tx *models.Store) error {
 		if err := tx.CreateProject(ctx, p, ownerID); err != nil {
 			return err
@@ -175,14 +187,60 @@ func (s *Service) insert(ctx context.Context, p *models.Project, ownerID int64) 
 			return err
 		}
 		madeDir = true
-		return nil
-	})
-	if err != nil && madeDir {
-		if rmErr := s.ws.RemoveManaged(p.WorkspaceDirName); rmErr != nil {
-			s.log.Error("project folder left behind after a failed create", "dir", p.WorkspaceDirName, "err", rmErr)
+		_, first, err := s.git.CreateCanonical(ctx, CanonicalName(p.ID))
+		if err != nil {
+			return err
 		}
+		madeRepo = true
+		p.CanonicalCommit = &first
+		return tx.SetCanonicalCommit(ctx, p.ID, first)
+	})
+	if err != nil {
+		s.removeOwned(ctx, p, madeDir, madeRepo)
 	}
 	return err
+}
+
+// removeOwned deletes what Atelier keeps on disk for a project.
+func (s *Service) removeOwned(ctx context.Context, p *models.Project, dir, repo bool) {
+	if dir {
+		if err := s.ws.RemoveManaged(p.WorkspaceDirName); err != nil {
+			s.log.Error("project folder left behind", "project", p.ID, "dir", p.WorkspaceDirName, "err", err)
+		}
+	}
+	if repo {
+		if err := s.git.RemoveRepo(ctx, CanonicalName(p.ID)); err != nil {
+			s.log.Error("canonical repository left behind", "project", p.ID, "err", err)
+		}
+	}
+}
+
+// PublishPending publishes every canonical commit the object store lacks;
+// the server runs it at start so a publish that failed is not lost.
+func (s *Service) PublishPending(ctx context.Context) error {
+	ps, err := s.store.UnpublishedProjects(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range ps {
+		s.publishCanonical(ctx, &ps[i])
+	}
+	return nil
+}
+
+// publishCanonical stores the project's canonical tree in the object store.
+// A failure only costs speed: reads fall back to git.
+func (s *Service) publishCanonical(ctx context.Context, p *models.Project) {
+	if p.CanonicalCommit == nil {
+		return
+	}
+	repo, err := s.git.OpenCanonical(CanonicalName(p.ID))
+	if err == nil {
+		_, err = s.code.Publish(ctx, repo, *p.CanonicalCommit)
+	}
+	if err != nil {
+		s.log.Warn("canonical commit not published", "project", p.ID, "err", err)
+	}
 }
 
 // isDirNameTaken reports a clash on the folder name, in the table or on disk.
@@ -231,13 +289,10 @@ func (s *Service) Delete(ctx context.Context, acc *Access) error {
 	if err := s.store.DeleteProject(ctx, p.ID); err != nil {
 		return err
 	}
-	if p.WorkspaceMode == models.ModeContainer {
-		if err := s.ws.RemoveManaged(p.WorkspaceDirName); err != nil {
-			// The row is gone, so the folder is only garbage; a later project
-			// never adopts it (CreateManaged refuses an existing folder).
-			s.log.Error("project deleted but its folder was not removed", "project", p.ID, "dir", p.WorkspaceDirName, "err", err)
-		}
-	}
+	// The row is gone, so what is left on disk is only garbage: a later
+	// project never adopts it (both creators refuse an existing folder).
+	container := p.WorkspaceMode == models.ModeContainer
+	s.removeOwned(ctx, p, container, container)
 	s.log.Info("project deleted", "project", p.ID, "by", acc.User.Username)
 	return nil
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -11,9 +12,13 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"atelier/auth"
+	"atelier/code"
+	"atelier/gitsvc"
 	"atelier/handlers"
 	"atelier/models"
 	"atelier/projects"
+	"atelier/storage"
+	"atelier/storage/codestore"
 	"atelier/views"
 	"atelier/workspace"
 )
@@ -32,12 +37,46 @@ type App struct {
 	sessions *handlers.Sessions
 	projects *handlers.Projects
 	users    *handlers.Users
+	code     *handlers.Code
+
+	maxImportBytes int64
+}
+
+// cachedTrees is how many parsed tree objects stay in memory (a few KiB each).
+const cachedTrees = 20_000
+
+// maxRawBytes bounds one download from a Container project, which is read
+// into memory from the object store.
+const maxRawBytes = 256 << 20
+
+// openObjects opens the configured object store: S3 when an endpoint is
+// set, else a folder in the data dir.
+func openObjects(ctx context.Context, cfg Config) (storage.ObjectStore, error) {
+	if cfg.S3.Endpoint != "" {
+		return storage.NewS3(ctx, cfg.S3)
+	}
+	return storage.NewLocal(cfg.ObjectsDir())
 }
 
 // New builds the App over an open, migrated store. now is the clock.
-func New(cfg Config, store *models.Store, log *slog.Logger, now func() time.Time) (*App, error) {
+func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger, now func() time.Time) (*App, error) {
 	ws, err := workspace.New(cfg.WorkspacesRoot, serverPaths(cfg), log)
 	if err != nil {
+		return nil, err
+	}
+	git, err := gitsvc.New(gitsvc.Config{Root: cfg.GitDir(), Log: log})
+	if err != nil {
+		return nil, err
+	}
+	objects, err := openObjects(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	codeStore, err := codestore.New(objects, git, store, log, cachedTrees)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.ScratchDir(), 0o700); err != nil {
 		return nil, err
 	}
 	render, err := views.NewRenderer()
@@ -48,7 +87,8 @@ func New(cfg Config, store *models.Store, log *slog.Logger, now func() time.Time
 	if err != nil {
 		return nil, err
 	}
-	projectSvc := projects.NewService(store, ws, now, log)
+	projectSvc := projects.NewService(store, ws, git, codeStore, now, log)
+	codeSvc := code.NewService(cfg.ScratchDir(), ws, git, codeStore, store, log)
 	a := &App{
 		Auth:     authSvc,
 		Projects: projectSvc,
@@ -59,6 +99,9 @@ func New(cfg Config, store *models.Store, log *slog.Logger, now func() time.Time
 		health:   &handlers.Health{Ping: store.Ping},
 		projects: &handlers.Projects{Render: render, Projects: projectSvc},
 		users:    &handlers.Users{Render: render, Auth: authSvc, Store: store},
+		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
+			MaxImportBytes: cfg.MaxImportBytes, MaxRawBytes: maxRawBytes},
+		maxImportBytes: cfg.MaxImportBytes,
 	}
 	a.sessions = &handlers.Sessions{Render: render, Auth: authSvc, Cookies: a.cookies}
 	a.Handler = a.routes()

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,4 +139,58 @@ func pageState(ctx context.Context) string {
 		return "(unreadable: " + err.Error() + ")"
 	}
 	return state
+}
+
+// A member opens the Code page, expands folders lazily, opens a file and sees
+// it highlighted with line numbers; the address follows the file.
+func TestBrowserCodePage(t *testing.T) {
+	h := newHarness(t)
+	owner := h.user("owner", false)
+	id := owner.createProject("browse")
+	res := owner.upload(id, "src.tar.gz", tarGz(t, []entry{
+		{name: "cmd/tool/main.go", body: "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hi\") }\n"},
+		{name: "README.md", body: "# Browse\n"},
+	}), jsonAccept)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("import: %d %s", res.StatusCode, readBody(res))
+	}
+	if _, err := h.app.Auth.CreateUser(t.Context(), "reader", "reader-password", false); err != nil {
+		t.Fatal(err)
+	}
+	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"reader"}, "role": {"member"}})
+
+	ctx := browser(t)
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	err := do(ctx,
+		chromedp.Navigate(h.srv.URL+"/login"),
+		chromedp.SendKeys(css(`input[name=username]`), "reader"),
+		chromedp.SendKeys(css(`input[name=password]`), "reader-password"),
+		chromedp.Submit(css(`form.stack`)),
+		chromedp.WaitVisible(css(`.cards`)),
+		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
+		chromedp.WaitVisible(css(`summary[data-path="cmd"]`)),
+		chromedp.Click(css(`summary[data-path="cmd"]`)),
+		chromedp.WaitVisible(css(`summary[data-path="cmd/tool"]`)),
+		chromedp.Click(css(`summary[data-path="cmd/tool"]`)),
+		chromedp.WaitVisible(css(`a[data-path="cmd/tool/main.go"]`)),
+		chromedp.Click(css(`a[data-path="cmd/tool/main.go"]`)),
+		chromedp.WaitVisible(css(`#viewer .chroma`)),
+	)
+	if err != nil {
+		t.Fatalf("browsing: %v; the page has %s", err, pageState(ctx))
+	}
+	keyword, err := chromedp.Run(ctx, chromedp.Evaluate[string](
+		`getComputedStyle(document.querySelector("#viewer .chroma .kd, #viewer .chroma .kn")).color`))
+	if err != nil || keyword == "" || keyword == "rgb(0, 0, 0)" || keyword == "rgb(29, 35, 48)" {
+		t.Fatalf("keywords are not coloured: %q %v", keyword, err)
+	}
+	lines, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#viewer .chroma .lnt, #viewer .chroma .ln").length`))
+	if err != nil || lines != 5 {
+		t.Fatalf("%d line numbers, want 5 (%v)", lines, err)
+	}
+	location, err := chromedp.Run(ctx, chromedp.Location())
+	u, perr := url.Parse(location)
+	if err != nil || perr != nil || !strings.HasSuffix(u.Path, "/code") || u.Query().Get("path") != "cmd/tool/main.go" {
+		t.Fatalf("address %q (%v) does not follow the open file", location, err)
+	}
 }

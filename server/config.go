@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"atelier/models"
+	"atelier/storage"
 )
 
 // Config is everything the operator can set, read once from the environment.
@@ -20,6 +21,8 @@ type Config struct {
 	WorkspacesRoot string // PROJECT_WORKSPACES_ROOT, absolute
 	SecureCookies  bool   // ATELIER_SECURE_COOKIES: the site is served over TLS by a proxy
 	Pool           models.Pool
+	S3             storage.S3Config // ATELIER_S3_*; empty Endpoint keeps objects in <data>/objects
+	MaxImportBytes int64            // ATELIER_IMPORT_MAX_BYTES: largest archive an import accepts
 }
 
 // LoadConfig reads the configuration through getenv (os.Getenv in main).
@@ -55,11 +58,40 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		cfg.Pool.MaxOpen = n
 		cfg.Pool.MaxIdle = min(cfg.Pool.MaxIdle, n)
 	}
+	cfg.S3 = storage.S3Config{
+		Endpoint:  getenv("ATELIER_S3_ENDPOINT"),
+		Bucket:    or(getenv("ATELIER_S3_BUCKET"), "atelier"),
+		AccessKey: getenv("ATELIER_S3_ACCESS_KEY"),
+		SecretKey: getenv("ATELIER_S3_SECRET_KEY"),
+	}
+	if v := getenv("ATELIER_S3_SECURE"); v != "" {
+		if cfg.S3.Secure, err = strconv.ParseBool(v); err != nil {
+			return cfg, fmt.Errorf("config: ATELIER_S3_SECURE: %w", err)
+		}
+	}
+	cfg.MaxImportBytes = 100 << 20
+	if v := getenv("ATELIER_IMPORT_MAX_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1<<10 {
+			return cfg, fmt.Errorf("config: ATELIER_IMPORT_MAX_BYTES must be a number of bytes (at least 1024), got %q", v)
+		}
+		cfg.MaxImportBytes = n
+	}
 	return cfg, nil
 }
 
 // PostgresDir is where the embedded cluster lives.
 func (c Config) PostgresDir() string { return filepath.Join(c.DataDir, "postgres") }
+
+// GitDir is where the canonical repositories live.
+func (c Config) GitDir() string { return filepath.Join(c.DataDir, "git") }
+
+// ObjectsDir is the local object store, used when no S3 endpoint is set.
+func (c Config) ObjectsDir() string { return filepath.Join(c.DataDir, "objects") }
+
+// ScratchDir holds short-lived work such as unpacked imports; it is on the
+// data dir's filesystem so nothing large lands in a small /tmp.
+func (c Config) ScratchDir() string { return filepath.Join(c.DataDir, "tmp") }
 
 func or(v, fallback string) string {
 	if v == "" {

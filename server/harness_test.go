@@ -54,7 +54,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	}
 	store := dbtest.Store(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	app, err := New(cfg, store, log, time.Now)
+	app, err := New(context.Background(), cfg, store, log, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,11 +15,13 @@ func (a *App) routes() http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.ContextWithFallback = true
-	r.Use(a.recover, a.logRequests, securityHeaders, limitBody(maxFormBytes))
+	r.MaxMultipartMemory = 8 << 20 // larger uploads spill to temp files
+	r.Use(a.recover, a.logRequests, securityHeaders, a.limitBody)
 	h := a.adapter.Handle
 
 	r.GET("/healthz", a.health.Show)
 	r.StaticFS("/static", http.FS(static.FS))
+	r.GET("/highlight.css", a.code.HighlightCSS)
 
 	site := r.Group("/", h(a.auth.Identify(a.cookies)), h(auth.CheckCSRF))
 	site.GET("/", func(c *gin.Context) { c.Redirect(http.StatusSeeOther, "/projects") })
@@ -37,6 +39,12 @@ func (a *App) routes() http.Handler {
 	in.DELETE("/projects/:id", h(a.projects.Delete))
 	in.POST("/projects/:id/members", h(a.projects.AddMember))
 	in.DELETE("/projects/:id/members/:user", h(a.projects.RemoveMember))
+	in.GET("/projects/:id/remotes", h(a.code.Remotes))
+	in.POST(importRoute, h(a.code.Import))
+	in.GET("/projects/:id/code", h(a.code.Page))
+	in.GET("/projects/:id/code/tree", h(a.code.Tree))
+	in.GET("/projects/:id/code/file", h(a.code.File))
+	in.GET("/projects/:id/code/raw", h(a.code.Raw))
 
 	admin := in.Group("/admin", h(auth.RequireSiteAdmin))
 	admin.GET("/users", h(a.users.List))
@@ -47,13 +55,20 @@ func (a *App) routes() http.Handler {
 	return r
 }
 
-// maxFormBytes bounds every request body; no form of Atelier comes near it.
+// maxFormBytes bounds every request body but an import's; no form of
+// Atelier comes near it.
 const maxFormBytes = 1 << 20
 
-func limitBody(n int64) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, n)
+const importRoute = "/projects/:id/import"
+
+// limitBody bounds the request body before anything reads it (the CSRF
+// check reads forms), by the route the request matched.
+func (a *App) limitBody(c *gin.Context) {
+	limit := int64(maxFormBytes)
+	if c.FullPath() == importRoute {
+		limit = a.maxImportBytes + 1<<20 // the archive and the multipart framing
 	}
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
 }
 
 // securityHeaders keeps pages in our own origin: no framing, no sniffing, and

@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	}
 	defer store.Close()
 
-	app, err := New(cfg, store, log, time.Now)
+	app, err := New(ctx, cfg, store, log, time.Now)
 	if err != nil {
 		return err
 	}
@@ -105,6 +105,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	fmt.Fprintf(stdout, "Atelier is serving on http://%s (data in %s)\n", ln.Addr(), cfg.DataDir)
 
 	go app.sweepLoginSessions(ctx, store)
+	go func() {
+		if err := app.Projects.PublishPending(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("publishing pending canonical commits failed", "err", err)
+		}
+	}()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	select {

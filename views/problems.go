@@ -2,15 +2,21 @@ package views
 
 import (
 	"errors"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
+	"syscall"
 
 	"github.com/gin-gonic/gin"
 
 	"atelier/auth"
+	"atelier/code"
+	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/projects"
+	"atelier/storage/codestore"
 	"atelier/workspace"
 )
 
@@ -30,31 +36,52 @@ func BadRequest(reason, message string) *Problem {
 	return &Problem{Status: http.StatusBadRequest, Reason: reason, Message: message}
 }
 
-// problems maps sentinel errors to what the client sees.
+// problems maps sentinel errors to what the client sees. The first match
+// wins, so an error that wraps another (a bad archive wraps the bad path in
+// it) comes before the one it wraps.
 var problems = []struct {
 	err     error
 	status  int
 	reason  string
 	message string // empty: the error's own text without its package prefix
+	detail  bool   // the whole error text names what was wrong, e.g. which path
 }{
-	{auth.ErrSignInRequired, http.StatusUnauthorized, "sign_in_required", "Please sign in."},
-	{auth.ErrBadCredentials, http.StatusUnauthorized, "bad_credentials", "Wrong username or password."},
-	{auth.ErrCSRF, http.StatusForbidden, "csrf", "The form is out of date or was not sent by Atelier; reload the page and try again."},
-	{auth.ErrForbidden, http.StatusForbidden, "forbidden", "Your role in this project does not allow that."},
-	{auth.ErrNotSiteAdmin, http.StatusForbidden, "site_admin_only", "Only site admins can do that."},
-	{auth.ErrBadUsername, http.StatusBadRequest, "bad_username", ""},
-	{auth.ErrWeakPassword, http.StatusBadRequest, "weak_password", ""},
-	{auth.ErrUserExists, http.StatusConflict, "user_exists", ""},
-	{projects.ErrNotFound, http.StatusNotFound, "not_found", "There is no such project, or you are not a member of it."},
-	{projects.ErrBadName, http.StatusBadRequest, "bad_name", ""},
-	{projects.ErrBadMode, http.StatusBadRequest, "bad_mode", ""},
-	{projects.ErrPathInMode, http.StatusBadRequest, "path_not_allowed", ""},
-	{projects.ErrArchived, http.StatusConflict, "archived", ""},
-	{projects.ErrLastOwner, http.StatusConflict, "last_owner", ""},
-	{projects.ErrUnknownUser, http.StatusBadRequest, "unknown_user", ""},
-	{projects.ErrBadRole, http.StatusBadRequest, "bad_role", ""},
-	{workspace.ErrNotReady, http.StatusConflict, "workspace_not_ready", ""},
-	{models.ErrNotFound, http.StatusNotFound, "not_found", "Not found."},
+	{auth.ErrSignInRequired, http.StatusUnauthorized, "sign_in_required", "Please sign in.", false},
+	{auth.ErrBadCredentials, http.StatusUnauthorized, "bad_credentials", "Wrong username or password.", false},
+	{auth.ErrCSRF, http.StatusForbidden, "csrf", "The form is out of date or was not sent by Atelier; reload the page and try again.", false},
+	{auth.ErrForbidden, http.StatusForbidden, "forbidden", "Your role in this project does not allow that.", false},
+	{auth.ErrNotSiteAdmin, http.StatusForbidden, "site_admin_only", "Only site admins can do that.", false},
+	{auth.ErrBadUsername, http.StatusBadRequest, "bad_username", "", false},
+	{auth.ErrWeakPassword, http.StatusBadRequest, "weak_password", "", false},
+	{auth.ErrUserExists, http.StatusConflict, "user_exists", "", false},
+	{projects.ErrNotFound, http.StatusNotFound, "not_found", "There is no such project, or you are not a member of it.", false},
+	{projects.ErrBadName, http.StatusBadRequest, "bad_name", "", false},
+	{projects.ErrBadMode, http.StatusBadRequest, "bad_mode", "", false},
+	{projects.ErrPathInMode, http.StatusBadRequest, "path_not_allowed", "", false},
+	{projects.ErrArchived, http.StatusConflict, "archived", "", false},
+	{projects.ErrLastOwner, http.StatusConflict, "last_owner", "", false},
+	{projects.ErrUnknownUser, http.StatusBadRequest, "unknown_user", "", false},
+	{projects.ErrBadRole, http.StatusBadRequest, "bad_role", "", false},
+	{workspace.ErrNotReady, http.StatusConflict, "workspace_not_ready", "", false},
+	{code.ErrBadArchive, http.StatusBadRequest, "bad_archive", "", true},
+	{workspace.ErrBadPath, http.StatusBadRequest, "bad_path", "", true},
+	{workspace.ErrOutsideRoot, http.StatusForbidden, "outside_root", "That path leads outside the project's folder.", false},
+	{workspace.ErrNotRegular, http.StatusUnsupportedMediaType, "not_regular_file", "That is a device, a pipe or a socket, not a file.", false},
+	{workspace.ErrUnsafeRoot, http.StatusInternalServerError, "unsafe_root", "This project's folder fails the safety checks; an administrator must fix it.", false},
+	{codestore.ErrNotFound, http.StatusNotFound, "not_found", "No such file or folder.", false},
+	{codestore.ErrIsDir, http.StatusBadRequest, "is_dir", "", false},
+	{fs.ErrNotExist, http.StatusNotFound, "not_found", "No such file or folder.", false},
+	{code.ErrLocalProject, http.StatusConflict, "local_project", "", false},
+	{code.ErrNothingToImport, http.StatusBadRequest, "nothing_to_import", "", false},
+	{code.ErrNoCanonical, http.StatusConflict, "no_canonical", "", false},
+	{code.ErrSourceFailed, http.StatusBadGateway, "source_failed", "", true},
+	{gitsvc.ErrNotRepository, http.StatusBadRequest, "not_a_repository", "The source is not a git repository.", false},
+	{gitsvc.ErrNotFound, http.StatusNotFound, "not_found", "Not found.", false},
+	{syscall.ENOTDIR, http.StatusNotFound, "not_found", "No such folder.", false},
+	{syscall.ELOOP, http.StatusBadRequest, "link_loop", "The path goes round a loop of symbolic links.", false},
+	{gitsvc.ErrBadArgument, http.StatusBadRequest, "bad_source", "", true},
+	{gitsvc.ErrBusy, http.StatusServiceUnavailable, "repository_busy", "The repository is busy; try again in a moment.", false},
+	{models.ErrNotFound, http.StatusNotFound, "not_found", "Not found.", false},
 }
 
 // ProblemOf turns any error into what the client sees. Unknown errors are
@@ -65,13 +92,16 @@ func ProblemOf(err error) *Problem {
 		return p
 	}
 	var pe *workspace.PathError
-	if errors.As(err, &pe) {
+	if errors.As(err, &pe) && !errors.Is(err, workspace.ErrUnsafeRoot) {
 		return &Problem{Status: http.StatusBadRequest, Reason: pe.Reason, Message: pe.Message, Hint: pe.Hint}
 	}
 	for _, m := range problems {
 		if errors.Is(err, m.err) {
 			msg := m.message
-			if msg == "" {
+			switch {
+			case m.detail:
+				msg = sentence(err.Error())
+			case msg == "":
 				msg = sentence(m.err.Error())
 			}
 			return &Problem{Status: m.status, Reason: m.reason, Message: msg}
@@ -80,14 +110,12 @@ func ProblemOf(err error) *Problem {
 	return &Problem{Status: http.StatusInternalServerError, Reason: "internal", Message: "Something went wrong on our side."}
 }
 
-// sentence drops the "pkg: " prefix of an error string and capitalises it.
+// packagePrefix matches the "pkg: " prefixes Atelier's errors carry.
+var packagePrefix = regexp.MustCompile(`\b(auth|code|codestore|gitsvc|models|projects|storage|workspace): `)
+
+// sentence drops the package prefixes of an error string and capitalises it.
 func sentence(s string) string {
-	for i := 0; i+1 < len(s); i++ {
-		if s[i] == ':' && s[i+1] == ' ' {
-			s = s[i+2:]
-			break
-		}
-	}
+	s = packagePrefix.ReplaceAllString(s, "")
 	if s != "" && s[0] >= 'a' && s[0] <= 'z' {
 		s = string(s[0]-'a'+'A') + s[1:]
 	}

@@ -72,6 +72,14 @@ func NewRenderer() (*Renderer, error) {
 var funcs = template.FuncMap{
 	// sub hands a partial the chrome of the page it sits in with its own data.
 	"sub": func(parent Page, data any) Page { return Page{User: parent.User, CSRF: parent.CSRF, Data: data} },
+	// join appends a name to a folder path of the tree ("" is the root).
+	"join": func(dir, name string) string {
+		if dir == "" {
+			return name
+		}
+		return dir + "/" + name
+	},
+	"bytes": humanBytes,
 	"deref": func(s *string) string {
 		if s == nil {
 			return ""
@@ -138,4 +146,18 @@ func Redirect(c *gin.Context, location string) {
 		return
 	}
 	c.Redirect(http.StatusSeeOther, location)
+}
+
+// humanBytes writes a size the way people read it.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
