@@ -1,0 +1,300 @@
+// Package editsession is ADR 0029's edit session: a person's private,
+// durable workspace on one project. Opening forks canonical (sharing its
+// objects); every changed path lives in PostgreSQL as the full text or a
+// deletion; reads go edits → the base tree in the object store → git. The
+// session ends on discard, after the idle or age limit, or when its project
+// is archived or deleted, and ending leaves nothing but a tombstone row.
+package editsession
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"atelier/events"
+	"atelier/gitsvc"
+	"atelier/models"
+	"atelier/projects"
+	"atelier/storage/codestore"
+	"atelier/workspace"
+)
+
+// Limits of one session (ADR 0029).
+const (
+	MaxFileBytes = 262_144
+	MaxPaths     = 200
+)
+
+// Close reasons.
+const (
+	ReasonDiscarded      = "discarded"
+	ReasonIdle           = "idle"
+	ReasonMaxAge         = "max_age"
+	ReasonArchived       = "archived"
+	ReasonProjectDeleted = "project_deleted"
+)
+
+var (
+	// ErrNotFound is a session that does not exist or is someone else's:
+	// the two look the same from outside.
+	ErrNotFound     = errors.New("editsession: no such session")
+	ErrBinary       = errors.New("editsession: only text files can be edited (this one has a NUL byte)")
+	ErrTooLarge     = fmt.Errorf("editsession: a file is at most %d bytes", MaxFileBytes)
+	ErrTooManyPaths = fmt.Errorf("editsession: a session changes at most %d paths", MaxPaths)
+	ErrStale        = errors.New("editsession: the file changed since you loaded it (another tab?)")
+	ErrNoBase       = errors.New("editsession: the project's folder is not a git repository with a commit, so there is nothing to fork")
+	ErrFileNotFound = errors.New("editsession: no such file")
+)
+
+// GoneError is a request to a session that has ended.
+type GoneError struct{ Reason string }
+
+func (e *GoneError) Error() string {
+	return "editsession: the session has ended: " + map[string]string{
+		ReasonDiscarded:      "it was discarded",
+		ReasonIdle:           "nothing happened in it for too long",
+		ReasonMaxAge:         "it reached its maximum age",
+		ReasonArchived:       "the project was archived",
+		ReasonProjectDeleted: "the project was deleted",
+		"submitted":          "it was submitted",
+	}[e.Reason]
+}
+
+// Config holds the limits of time.
+type Config struct {
+	Idle   time.Duration // CODE_SESSION_IDLE_MS
+	MaxAge time.Duration // CODE_SESSION_MAX_MS
+}
+
+// DefaultConfig is ADR 0029's: 10 idle minutes, 2 hours in all.
+var DefaultConfig = Config{Idle: 10 * time.Minute, MaxAge: 2 * time.Hour}
+
+// Cleaner removes what another part of Atelier keeps for a session (the
+// sandbox: its processes and checkout). It must be safe to call again.
+type Cleaner interface {
+	EndSession(ctx context.Context, sessionID string) error
+}
+
+// Service runs edit sessions.
+type Service struct {
+	db       *models.Store
+	git      *gitsvc.Service
+	code     *codestore.Store
+	ws       *workspace.Workspaces
+	events   *events.Recorder
+	cfg      Config
+	now      func() time.Time
+	log      *slog.Logger
+	cleaners []Cleaner
+}
+
+// New returns a Service.
+func New(db *models.Store, git *gitsvc.Service, code *codestore.Store, ws *workspace.Workspaces,
+	ev *events.Recorder, cfg Config, now func() time.Time, log *slog.Logger) *Service {
+	return &Service{db: db, git: git, code: code, ws: ws, events: ev, cfg: cfg, now: now, log: log}
+}
+
+// AddCleaner registers more cleanup for ending sessions.
+func (s *Service) AddCleaner(c Cleaner) { s.cleaners = append(s.cleaners, c) }
+
+// forkName is the git service's repository of session id: edit_<hex> forks
+// into edit-<hex>. It derives from the row id alone.
+func forkName(id string) string { return "edit-" + strings.TrimPrefix(id, "edit_") }
+
+func newID() string {
+	b := make([]byte, 16)
+	rand.Read(b) // never fails
+	return "edit_" + hex.EncodeToString(b)
+}
+
+// Session is an open session with what requests need of it.
+type Session struct {
+	*models.CodeSession
+	Project      *models.Project
+	Source       codestore.Source // the fork at the base commit
+	IdleDeadline time.Time
+	MaxDeadline  time.Time
+}
+
+// Open returns the person's open session on the project, opening one when
+// there is none; created says which. The handler has checked code.edit.
+func (s *Service) Open(ctx context.Context, acc *projects.Access) (*Session, bool, error) {
+	if existing, err := s.db.OpenSessionOf(ctx, acc.Project.ID, acc.User.ID); err == nil {
+		sess, err := s.load(ctx, acc, existing.ID, true)
+		var gone *GoneError
+		if !errors.As(err, &gone) {
+			return sess, false, err
+		}
+		// It had just expired: it is ended now, so open a fresh one.
+	} else if !errors.Is(err, models.ErrNotFound) {
+		return nil, false, err
+	}
+
+	base, baseRepo, err := s.base(ctx, acc.Project)
+	if err != nil {
+		return nil, false, err
+	}
+	// The fork comes first, so a session row always has its fork; a fork
+	// left by a crash before its row is what maintenance removes.
+	now := s.now()
+	cs := &models.CodeSession{ID: newID(), ProjectID: acc.Project.ID, UserID: acc.User.ID, BaseCommit: base,
+		State: models.SessionOpen, OpenedAt: now, LastSeenAt: now}
+	if _, err := s.git.Fork(ctx, baseRepo, base, forkName(cs.ID)); err != nil {
+		return nil, false, err
+	}
+	if err := s.db.CreateSession(ctx, cs); err != nil {
+		if rmErr := s.git.RemoveRepo(ctx, forkName(cs.ID)); rmErr != nil {
+			s.log.Warn("fork of a session that was not created left behind", "repo", forkName(cs.ID), "err", rmErr)
+		}
+		var ce *models.ConstraintError
+		if errors.As(err, &ce) && ce.Constraint == "code_sessions_one_open" {
+			// A concurrent open won; that one is the person's session.
+			won, err := s.db.OpenSessionOf(ctx, acc.Project.ID, acc.User.ID)
+			if err != nil {
+				return nil, false, err
+			}
+			sess, err := s.load(ctx, acc, won.ID, true)
+			return sess, false, err
+		}
+		return nil, false, err
+	}
+	s.record(ctx, events.SessionOpened, cs, acc.User.ID, map[string]any{"session": cs.ID, "baseCommit": base})
+	sess, err := s.load(ctx, acc, cs.ID, false)
+	return sess, true, err
+}
+
+// base is the commit a new session starts from, and the repository holding
+// it: canonical for a Container project, the folder's own repository for a
+// Local one.
+func (s *Service) base(ctx context.Context, p *models.Project) (string, *gitsvc.Repo, error) {
+	if p.WorkspaceMode != models.ModeLocal {
+		repo, err := s.git.OpenCanonical(projects.CanonicalName(p.ID))
+		if err != nil {
+			return "", nil, err
+		}
+		if p.CanonicalCommit == nil {
+			return "", nil, ErrNoBase
+		}
+		return *p.CanonicalCommit, repo, nil
+	}
+	root, err := s.ws.ScopeRoot(projects.Location(p))
+	if err != nil {
+		return "", nil, err
+	}
+	repo, err := s.git.OpenLocal(ctx, root)
+	if errors.Is(err, gitsvc.ErrNotRepository) {
+		return "", nil, ErrNoBase
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	commit, _, err := s.git.Head(ctx, repo)
+	if errors.Is(err, gitsvc.ErrNotFound) {
+		return "", nil, ErrNoBase
+	}
+	return commit, repo, err
+}
+
+// Get returns the caller's session id on the project after checking, from
+// the database, that it is theirs and still open, and the limits first: an
+// expired session is ended here and the caller gets a *GoneError. touch
+// says whether the request counts as activity.
+func (s *Service) Get(ctx context.Context, acc *projects.Access, id string, touch bool) (*Session, error) {
+	return s.load(ctx, acc, id, touch)
+}
+
+func (s *Service) load(ctx context.Context, acc *projects.Access, id string, touch bool) (*Session, error) {
+	cs, err := s.db.SessionByID(ctx, id)
+	if errors.Is(err, models.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cs.UserID != acc.User.ID || cs.ProjectID != acc.Project.ID {
+		return nil, ErrNotFound
+	}
+	if cs.State != models.SessionOpen {
+		return nil, &GoneError{Reason: *cs.CloseReason}
+	}
+	now := s.now()
+	if reason := s.overdue(cs, acc.Project, now); reason != "" {
+		if err := s.end(ctx, cs, reason, 0); err != nil {
+			return nil, err
+		}
+		return nil, &GoneError{Reason: reason}
+	}
+	if touch {
+		if err := s.db.TouchSession(ctx, cs.ID, now); err != nil {
+			return nil, err
+		}
+		cs.LastSeenAt = now
+	}
+	repo, err := s.git.OpenCanonical(forkName(cs.ID))
+	if err != nil {
+		return nil, fmt.Errorf("editsession: fork of %s: %w", cs.ID, err)
+	}
+	return &Session{
+		CodeSession:  cs,
+		Project:      acc.Project,
+		Source:       codestore.Source{Repo: repo, Commit: cs.BaseCommit},
+		IdleDeadline: cs.LastSeenAt.Add(s.cfg.Idle),
+		MaxDeadline:  cs.OpenedAt.Add(s.cfg.MaxAge),
+	}, nil
+}
+
+// overdue says why an open session must end now, or "".
+func (s *Service) overdue(cs *models.CodeSession, p *models.Project, now time.Time) string {
+	switch {
+	case p.Archived():
+		return ReasonArchived
+	case !now.Before(cs.OpenedAt.Add(s.cfg.MaxAge)):
+		return ReasonMaxAge
+	case !now.Before(cs.LastSeenAt.Add(s.cfg.Idle)):
+		return ReasonIdle
+	}
+	return ""
+}
+
+// Discard ends the session and drops its edits.
+func (s *Service) Discard(ctx context.Context, sess *Session) error {
+	return s.end(ctx, sess.CodeSession, ReasonDiscarded, sess.UserID)
+}
+
+// end ends a session for reason: it marks the row ending (so the reason is
+// decided once), removes the fork, the edits and whatever cleaners keep,
+// then marks it closed. An interrupted end is finished by the next call or
+// the sweeper; every step may run again.
+func (s *Service) end(ctx context.Context, cs *models.CodeSession, reason string, actor int64) error {
+	began, err := s.db.BeginEndSession(ctx, cs.ID, reason)
+	if err != nil {
+		return err
+	}
+	for _, c := range s.cleaners {
+		if err := c.EndSession(ctx, cs.ID); err != nil {
+			return fmt.Errorf("editsession: end %s: %w", cs.ID, err)
+		}
+	}
+	if err := s.git.RemoveRepo(ctx, forkName(cs.ID)); err != nil && !errors.Is(err, gitsvc.ErrNotFound) {
+		return fmt.Errorf("editsession: end %s: %w", cs.ID, err)
+	}
+	if err := s.db.FinishEndSession(ctx, cs.ID, s.now()); err != nil {
+		return err
+	}
+	if began {
+		s.record(ctx, events.SessionClosed, cs, actor, map[string]any{"session": cs.ID, "reason": reason})
+	}
+	return nil
+}
+
+func (s *Service) record(ctx context.Context, typ string, cs *models.CodeSession, actor int64, data map[string]any) {
+	err := s.events.Record(ctx, events.Event{Type: typ, ProjectID: cs.ProjectID, ActorID: actor, Data: data})
+	if err != nil {
+		s.log.Warn("event not recorded", "type", typ, "session", cs.ID, "err", err)
+	}
+}

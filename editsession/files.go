@@ -1,0 +1,381 @@
+package editsession
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"sort"
+	"strings"
+
+	"github.com/pmezard/go-difflib/difflib"
+
+	"atelier/models"
+	"atelier/storage/codestore"
+	"atelier/workspace"
+)
+
+// Change statuses.
+const (
+	Added    = "added"
+	Modified = "modified"
+	Deleted  = "deleted"
+)
+
+// File is a file as the session sees it.
+type File struct {
+	Path    string
+	Content []byte
+	ETag    string
+}
+
+// ETag is the version of content: two tabs agree on it exactly when they
+// hold the same bytes.
+func ETag(content []byte) string {
+	sum := sha256.Sum256(content)
+	return `"` + hex.EncodeToString(sum[:20]) + `"`
+}
+
+// Precondition is what the client believes about the file it writes:
+// IfMatch is the ETag it loaded ("*": any existing file), IfNoneMatch "*"
+// says the file must not exist yet. Both empty: write unconditionally.
+type Precondition struct {
+	IfMatch     string
+	IfNoneMatch string
+}
+
+// check refuses a write whose precondition no longer holds; current is ""
+// for a file that does not exist.
+func (p Precondition) check(current string) error {
+	switch {
+	case p.IfMatch == "*" && current == "",
+		p.IfMatch != "" && p.IfMatch != "*" && p.IfMatch != current,
+		p.IfNoneMatch == "*" && current != "":
+		return ErrStale
+	}
+	return nil
+}
+
+// Read returns the file through the read chain: the session's edits, then
+// the base tree (object store, then git).
+func (s *Service) Read(ctx context.Context, sess *Session, path string) (*File, error) {
+	if err := workspace.CheckRelPath(path); err != nil {
+		return nil, err
+	}
+	content, exists, err := s.current(ctx, s.db, sess, path)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, ErrFileNotFound
+	}
+	if len(content) > MaxFileBytes {
+		return nil, ErrTooLarge
+	}
+	if bytes.IndexByte(content, 0) >= 0 {
+		return nil, ErrBinary
+	}
+	return &File{Path: path, Content: content, ETag: ETag(content)}, nil
+}
+
+// current is the file as the session sees it: its edit, else the base.
+func (s *Service) current(ctx context.Context, db *models.Store, sess *Session, path string) ([]byte, bool, error) {
+	edit, err := db.SessionFile(ctx, sess.ID, path)
+	switch {
+	case err == nil && edit.Deleted:
+		return nil, false, nil
+	case err == nil:
+		return edit.Content, true, nil
+	case !errors.Is(err, models.ErrNotFound):
+		return nil, false, err
+	}
+	return s.baseFile(ctx, sess, path)
+}
+
+// baseFile reads path at the base commit; a file over the limit is read
+// only far enough to know it is.
+func (s *Service) baseFile(ctx context.Context, sess *Session, path string) ([]byte, bool, error) {
+	data, _, err := s.code.Read(ctx, sess.Source, path, MaxFileBytes+1)
+	if errors.Is(err, codestore.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return data, true, nil
+}
+
+// Save stores content as the file at path, byte for byte. Content equal to
+// the base forgets the edit. It returns the new ETag.
+func (s *Service) Save(ctx context.Context, sess *Session, path string, content []byte, cond Precondition) (string, error) {
+	if err := workspace.CheckRelPath(path); err != nil {
+		return "", err
+	}
+	if len(content) > MaxFileBytes {
+		return "", ErrTooLarge
+	}
+	if bytes.IndexByte(content, 0) >= 0 {
+		return "", ErrBinary
+	}
+	base, baseExists, err := s.baseFile(ctx, sess, path)
+	if err != nil {
+		return "", err
+	}
+	err = s.inSession(ctx, sess, func(tx *models.Store) error {
+		cur, exists, err := s.currentIn(ctx, tx, sess, path, base, baseExists)
+		if err != nil {
+			return err
+		}
+		if err := cond.check(etagIf(cur, exists)); err != nil {
+			return err
+		}
+		if baseExists && bytes.Equal(content, base) {
+			return tx.DeleteSessionFile(ctx, sess.ID, path)
+		}
+		if err := s.roomFor(ctx, tx, sess, path); err != nil {
+			return err
+		}
+		return tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: path, Content: nonNil(content), UpdatedAt: s.now()})
+	})
+	if err != nil {
+		return "", err
+	}
+	return ETag(content), nil
+}
+
+// Delete removes the file from the session's tree.
+func (s *Service) Delete(ctx context.Context, sess *Session, path string, cond Precondition) error {
+	if err := workspace.CheckRelPath(path); err != nil {
+		return err
+	}
+	base, baseExists, err := s.baseFile(ctx, sess, path)
+	if err != nil {
+		return err
+	}
+	return s.inSession(ctx, sess, func(tx *models.Store) error {
+		cur, exists, err := s.currentIn(ctx, tx, sess, path, base, baseExists)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			return ErrFileNotFound
+		}
+		if err := cond.check(ETag(cur)); err != nil {
+			return err
+		}
+		if !baseExists {
+			return tx.DeleteSessionFile(ctx, sess.ID, path) // an added file: forget it
+		}
+		if err := s.roomFor(ctx, tx, sess, path); err != nil {
+			return err
+		}
+		return tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: path, Deleted: true, UpdatedAt: s.now()})
+	})
+}
+
+// inSession runs fn with the session's row locked after checking again, from
+// the database, that it is still open and the caller's: every write of a
+// session is serialised and none lands in an ended one.
+func (s *Service) inSession(ctx context.Context, sess *Session, fn func(tx *models.Store) error) error {
+	return s.db.Tx(ctx, func(tx *models.Store) error {
+		cs, err := tx.LockSession(ctx, sess.ID)
+		if err != nil {
+			return err
+		}
+		if cs.UserID != sess.UserID {
+			return ErrNotFound
+		}
+		if cs.State != models.SessionOpen {
+			return &GoneError{Reason: *cs.CloseReason}
+		}
+		return fn(tx)
+	})
+}
+
+func (s *Service) currentIn(ctx context.Context, tx *models.Store, sess *Session, path string, base []byte, baseExists bool) ([]byte, bool, error) {
+	edit, err := tx.SessionFile(ctx, sess.ID, path)
+	switch {
+	case err == nil && edit.Deleted:
+		return nil, false, nil
+	case err == nil:
+		return edit.Content, true, nil
+	case errors.Is(err, models.ErrNotFound):
+		return base, baseExists, nil
+	}
+	return nil, false, err
+}
+
+// roomFor refuses a new changed path past the limit; a path already changed
+// can always be saved again.
+func (s *Service) roomFor(ctx context.Context, tx *models.Store, sess *Session, path string) error {
+	if _, err := tx.SessionFile(ctx, sess.ID, path); err == nil {
+		return nil
+	} else if !errors.Is(err, models.ErrNotFound) {
+		return err
+	}
+	n, err := tx.CountSessionFiles(ctx, sess.ID)
+	if err != nil {
+		return err
+	}
+	if n >= MaxPaths {
+		return ErrTooManyPaths
+	}
+	return nil
+}
+
+func etagIf(content []byte, exists bool) string {
+	if !exists {
+		return ""
+	}
+	return ETag(content)
+}
+
+// nonNil keeps an empty file distinct from a deletion (NULL) in the table.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// Change is one changed path.
+type Change struct {
+	Path   string `json:"path"`
+	Status string `json:"status"`
+}
+
+// Changes lists every changed path with how it changed.
+func (s *Service) Changes(ctx context.Context, sess *Session) ([]Change, error) {
+	edits, err := s.db.SessionFiles(ctx, sess.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Change, 0, len(edits))
+	for _, e := range edits {
+		c := Change{Path: e.Path, Status: Modified}
+		if e.Deleted {
+			c.Status = Deleted
+		} else if _, exists, err := s.baseFile(ctx, sess, e.Path); err != nil {
+			return nil, err
+		} else if !exists {
+			c.Status = Added
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Diff is the unified diff of the file at path against the base.
+func (s *Service) Diff(ctx context.Context, sess *Session, path string) (string, error) {
+	if err := workspace.CheckRelPath(path); err != nil {
+		return "", err
+	}
+	edit, err := s.db.SessionFile(ctx, sess.ID, path)
+	if errors.Is(err, models.ErrNotFound) {
+		return "", nil // unchanged
+	}
+	if err != nil {
+		return "", err
+	}
+	base, baseExists, err := s.baseFile(ctx, sess, path)
+	if err != nil {
+		return "", err
+	}
+	from, to := "a/"+path, "b/"+path
+	if !baseExists {
+		from = "/dev/null"
+	}
+	if edit.Deleted {
+		to = "/dev/null"
+	}
+	return difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: splitLines(base), B: splitLines(edit.Content), FromFile: from, ToFile: to, Context: 3,
+	})
+}
+
+// splitLines keeps each line's own ending, so a CRLF file or a missing final
+// newline shows in the diff as it is.
+func splitLines(b []byte) []string {
+	if len(b) == 0 {
+		return nil
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	if lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	} else {
+		lines[len(lines)-1] += "\n\\ No newline at end of file\n"
+	}
+	return lines
+}
+
+// Entry is one item of a folder in the session's tree.
+type Entry struct {
+	codestore.Entry
+	Status string `json:"status,omitempty"` // added | modified | deleted, or "" (a folder: changed inside)
+	Inside bool   `json:"changedInside,omitempty"`
+}
+
+// List is one level of dir in the session's tree: the base listing with the
+// session's changes marked, added files and folders included.
+func (s *Service) List(ctx context.Context, sess *Session, dir string) ([]Entry, error) {
+	if err := workspace.CheckRelDir(dir); err != nil {
+		return nil, err
+	}
+	base, err := s.code.List(ctx, sess.Source, dir)
+	baseMissing := errors.Is(err, codestore.ErrNotFound)
+	if err != nil && !baseMissing {
+		return nil, err
+	}
+	changes, err := s.Changes(ctx, sess)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*Entry{}
+	var out []*Entry
+	for _, b := range base {
+		e := &Entry{Entry: b}
+		byName[b.Name] = e
+		out = append(out, e)
+	}
+	prefix := ""
+	if dir != "" {
+		prefix = dir + "/"
+	}
+	for _, c := range changes {
+		rest, ok := strings.CutPrefix(c.Path, prefix)
+		if !ok {
+			continue
+		}
+		name, _, nested := strings.Cut(rest, "/")
+		e, seen := byName[name]
+		if !seen {
+			kind := codestore.KindFile
+			if nested {
+				kind = codestore.KindDir
+			}
+			e = &Entry{Entry: codestore.Entry{Name: name, Kind: kind}}
+			byName[name] = e
+			out = append(out, e)
+		}
+		if nested {
+			e.Inside = true
+		} else {
+			e.Status = c.Status
+		}
+	}
+	if baseMissing && len(out) == 0 {
+		return nil, ErrFileNotFound
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if (out[i].Kind == codestore.KindDir) != (out[j].Kind == codestore.KindDir) {
+			return out[i].Kind == codestore.KindDir
+		}
+		return out[i].Name < out[j].Name
+	})
+	list := make([]Entry, len(out))
+	for i, e := range out {
+		list[i] = *e
+	}
+	return list, nil
+}

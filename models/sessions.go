@@ -1,0 +1,233 @@
+package models
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm/clause"
+)
+
+// Edit session states and close reasons, as stored.
+const (
+	SessionOpen   = "open"
+	SessionEnding = "ending"
+	SessionClosed = "closed"
+)
+
+// CodeSession is one person's edit session on one project (ADR 0029).
+type CodeSession struct {
+	ID          string     `json:"id"`
+	ProjectID   int64      `json:"projectId"`
+	UserID      int64      `json:"userId"`
+	BaseCommit  string     `json:"baseCommit"`
+	State       string     `json:"state"`
+	CloseReason *string    `json:"closeReason,omitempty"`
+	OpenedAt    time.Time  `json:"openedAt"`
+	LastSeenAt  time.Time  `json:"lastSeenAt"`
+	ClosedAt    *time.Time `json:"closedAt,omitempty"`
+}
+
+// SessionFile is one changed path of a session: its content, or a deletion.
+type SessionFile struct {
+	SessionID string `gorm:"primaryKey"`
+	Path      string `gorm:"primaryKey"`
+	Content   []byte
+	Deleted   bool
+	UpdatedAt time.Time
+}
+
+// TableName maps SessionFile to code_session_files.
+func (SessionFile) TableName() string { return "code_session_files" }
+
+// CreateSession inserts an open session. ErrConflict (constraint
+// code_sessions_one_open) when the person already has one on the project.
+func (s *Store) CreateSession(ctx context.Context, cs *CodeSession) error {
+	if err := s.db.WithContext(ctx).Create(cs).Error; err != nil {
+		return fmt.Errorf("models: create session: %w", translate(err))
+	}
+	return nil
+}
+
+// OpenSessionOf returns the person's open session on the project, or
+// ErrNotFound.
+func (s *Store) OpenSessionOf(ctx context.Context, projectID, userID int64) (*CodeSession, error) {
+	var cs CodeSession
+	err := s.db.WithContext(ctx).Where("project_id = ? AND user_id = ? AND state = ?", projectID, userID, SessionOpen).Take(&cs).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: open session of user %d on project %d: %w", userID, projectID, translate(err))
+	}
+	return &cs, nil
+}
+
+// SessionByID returns the session, or ErrNotFound.
+func (s *Store) SessionByID(ctx context.Context, id string) (*CodeSession, error) {
+	var cs CodeSession
+	if err := s.db.WithContext(ctx).Where("id = ?", id).Take(&cs).Error; err != nil {
+		return nil, fmt.Errorf("models: session %s: %w", id, translate(err))
+	}
+	return &cs, nil
+}
+
+// LockSession returns the session with its row locked for the rest of the
+// transaction, so that the checks and the change after them are one step.
+func (s *Store) LockSession(ctx context.Context, id string) (*CodeSession, error) {
+	var cs CodeSession
+	err := s.db.WithContext(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", id).Take(&cs).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: lock session %s: %w", id, translate(err))
+	}
+	return &cs, nil
+}
+
+// TouchSession records a request at now.
+func (s *Store) TouchSession(ctx context.Context, id string, now time.Time) error {
+	err := s.db.WithContext(ctx).Model(&CodeSession{}).Where("id = ? AND state = ?", id, SessionOpen).
+		UpdateColumn("last_seen_at", now).Error
+	if err != nil {
+		return fmt.Errorf("models: touch session %s: %w", id, err)
+	}
+	return nil
+}
+
+// BeginEndSession moves an open session to ending with reason, and says
+// whether this call did it (false when it was no longer open).
+func (s *Store) BeginEndSession(ctx context.Context, id, reason string) (bool, error) {
+	res := s.db.WithContext(ctx).Model(&CodeSession{}).Where("id = ? AND state = ?", id, SessionOpen).
+		UpdateColumns(map[string]any{"state": SessionEnding, "close_reason": reason})
+	if res.Error != nil {
+		return false, fmt.Errorf("models: end session %s: %w", id, translate(res.Error))
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// FinishEndSession deletes the session's edits and marks it closed.
+func (s *Store) FinishEndSession(ctx context.Context, id string, at time.Time) error {
+	return s.Tx(ctx, func(tx *Store) error {
+		if err := tx.db.Where("session_id = ?", id).Delete(&SessionFile{}).Error; err != nil {
+			return fmt.Errorf("models: delete edits of %s: %w", id, err)
+		}
+		err := tx.db.Model(&CodeSession{}).Where("id = ? AND state = ?", id, SessionEnding).
+			UpdateColumns(map[string]any{"state": SessionClosed, "closed_at": at}).Error
+		if err != nil {
+			return fmt.Errorf("models: close session %s: %w", id, translate(err))
+		}
+		return nil
+	})
+}
+
+// OverdueSessions lists sessions to end: open ones idle since before
+// idleBefore, opened before openedBefore, or on an archived project, and
+// ending ones whose cleanup was interrupted.
+func (s *Store) OverdueSessions(ctx context.Context, idleBefore, openedBefore time.Time) ([]CodeSession, error) {
+	var css []CodeSession
+	err := s.db.WithContext(ctx).Table("code_sessions").Select("code_sessions.*").
+		Joins("JOIN projects ON projects.id = code_sessions.project_id").
+		Where("code_sessions.state = ?", SessionEnding).
+		Or("code_sessions.state = ? AND (code_sessions.last_seen_at < ? OR code_sessions.opened_at < ? OR projects.status = ?)",
+			SessionOpen, idleBefore, openedBefore, StatusArchived).
+		Order("code_sessions.opened_at").Scan(&css).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: overdue sessions: %w", err)
+	}
+	return css, nil
+}
+
+// UnfinishedSessionsOf lists the open and ending sessions of a project.
+func (s *Store) UnfinishedSessionsOf(ctx context.Context, projectID int64) ([]CodeSession, error) {
+	var css []CodeSession
+	err := s.db.WithContext(ctx).Where("project_id = ? AND state <> ?", projectID, SessionClosed).Find(&css).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: sessions of project %d: %w", projectID, err)
+	}
+	return css, nil
+}
+
+// UnfinishedSessionIDs returns the ids of every open or ending session.
+func (s *Store) UnfinishedSessionIDs(ctx context.Context) (map[string]bool, error) {
+	var ids []string
+	if err := s.db.WithContext(ctx).Model(&CodeSession{}).Where("state <> ?", SessionClosed).Pluck("id", &ids).Error; err != nil {
+		return nil, fmt.Errorf("models: unfinished sessions: %w", err)
+	}
+	set := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	return set, nil
+}
+
+// SessionFiles returns every changed path of the session, by path.
+func (s *Store) SessionFiles(ctx context.Context, sessionID string) ([]SessionFile, error) {
+	var fs []SessionFile
+	if err := s.db.WithContext(ctx).Where("session_id = ?", sessionID).Order("path").Find(&fs).Error; err != nil {
+		return nil, fmt.Errorf("models: edits of %s: %w", sessionID, err)
+	}
+	return fs, nil
+}
+
+// SessionFile returns one changed path, or ErrNotFound when unchanged.
+func (s *Store) SessionFile(ctx context.Context, sessionID, path string) (*SessionFile, error) {
+	var f SessionFile
+	if err := s.db.WithContext(ctx).Where("session_id = ? AND path = ?", sessionID, path).Take(&f).Error; err != nil {
+		return nil, fmt.Errorf("models: edit %s of %s: %w", path, sessionID, translate(err))
+	}
+	return &f, nil
+}
+
+// CountSessionFiles is how many paths the session changed.
+func (s *Store) CountSessionFiles(ctx context.Context, sessionID string) (int64, error) {
+	var n int64
+	if err := s.db.WithContext(ctx).Model(&SessionFile{}).Where("session_id = ?", sessionID).Count(&n).Error; err != nil {
+		return 0, fmt.Errorf("models: count edits of %s: %w", sessionID, err)
+	}
+	return n, nil
+}
+
+// PutSessionFile stores a changed path (content or deletion).
+func (s *Store) PutSessionFile(ctx context.Context, f *SessionFile) error {
+	err := s.db.WithContext(ctx).Clauses(clause.OnConflict{
+		Columns:   []clause.Column{{Name: "session_id"}, {Name: "path"}},
+		DoUpdates: clause.AssignmentColumns([]string{"content", "deleted", "updated_at"}),
+	}).Create(f).Error
+	if err != nil {
+		return fmt.Errorf("models: save edit %s of %s: %w", f.Path, f.SessionID, translate(err))
+	}
+	return nil
+}
+
+// DeleteSessionFile forgets a changed path: it reads as the base again.
+func (s *Store) DeleteSessionFile(ctx context.Context, sessionID, path string) error {
+	err := s.db.WithContext(ctx).Where("session_id = ? AND path = ?", sessionID, path).Delete(&SessionFile{}).Error
+	if err != nil {
+		return fmt.Errorf("models: forget edit %s of %s: %w", path, sessionID, err)
+	}
+	return nil
+}
+
+// Event is one row of the event log.
+type Event struct {
+	ID        int64           `json:"id"`
+	Type      string          `json:"type"`
+	ProjectID *int64          `json:"projectId,omitempty"`
+	ActorID   *int64          `json:"actorId,omitempty"`
+	Data      json.RawMessage `json:"data" gorm:"type:jsonb"`
+	CreatedAt time.Time       `json:"createdAt"`
+}
+
+// AddEvent appends to the event log.
+func (s *Store) AddEvent(ctx context.Context, e *Event) error {
+	if err := s.db.WithContext(ctx).Create(e).Error; err != nil {
+		return fmt.Errorf("models: event %s: %w", e.Type, translate(err))
+	}
+	return nil
+}
+
+// EventsOf returns a project's events of the given type, oldest first.
+func (s *Store) EventsOf(ctx context.Context, projectID int64, typ string) ([]Event, error) {
+	var es []Event
+	if err := s.db.WithContext(ctx).Where("project_id = ? AND type = ?", projectID, typ).Order("id").Find(&es).Error; err != nil {
+		return nil, fmt.Errorf("models: events: %w", err)
+	}
+	return es, nil
+}
