@@ -13,6 +13,8 @@ import (
 
 	"atelier/auth"
 	"atelier/code"
+	"atelier/editsession"
+	"atelier/events"
 	"atelier/gitsvc"
 	"atelier/handlers"
 	"atelier/models"
@@ -28,6 +30,8 @@ type App struct {
 	Handler  http.Handler
 	Auth     *auth.Service
 	Projects *projects.Service
+	Sessions *editsession.Service
+	Events   *events.Recorder
 
 	log      *slog.Logger
 	adapter  handlers.Adapter
@@ -38,6 +42,7 @@ type App struct {
 	projects *handlers.Projects
 	users    *handlers.Users
 	code     *handlers.Code
+	edit     *handlers.EditSessions
 
 	maxImportBytes int64
 }
@@ -89,9 +94,14 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	}
 	projectSvc := projects.NewService(store, ws, git, codeStore, now, log)
 	codeSvc := code.NewService(cfg.ScratchDir(), ws, git, codeStore, store, log)
+	recorder := events.New(store, log)
+	sessionSvc := editsession.New(store, git, codeStore, ws, recorder, cfg.Sessions, now, log)
+	projectSvc.SetSessionEnder(sessionSvc)
 	a := &App{
 		Auth:     authSvc,
 		Projects: projectSvc,
+		Sessions: sessionSvc,
+		Events:   recorder,
 		log:      log,
 		adapter:  handlers.Adapter{Render: render, Log: log},
 		cookies:  auth.Cookies{AlwaysSecure: cfg.SecureCookies},
@@ -101,6 +111,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		users:    &handlers.Users{Render: render, Auth: authSvc, Store: store},
 		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
 			MaxImportBytes: cfg.MaxImportBytes, MaxRawBytes: maxRawBytes},
+		edit:           &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc, Idle: cfg.Sessions.Idle},
 		maxImportBytes: cfg.MaxImportBytes,
 	}
 	a.sessions = &handlers.Sessions{Render: render, Auth: authSvc, Cookies: a.cookies}

@@ -194,3 +194,98 @@ func TestBrowserCodePage(t *testing.T) {
 		t.Fatalf("address %q (%v) does not follow the open file", location, err)
 	}
 }
+
+// A person opens a session from the Code page, edits in CodeMirror, saves
+// with Ctrl-S, reloads and finds the edit, sees the diff, and discards.
+func TestBrowserEditSession(t *testing.T) {
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	ctx := browser(t)
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	err := do(ctx,
+		chromedp.Navigate(h.srv.URL+"/login"),
+		chromedp.SendKeys(css(`input[name=username]`), "owner"),
+		chromedp.SendKeys(css(`input[name=password]`), "password-owner"),
+		chromedp.Submit(css(`form.stack`)),
+		chromedp.WaitVisible(css(`.cards`)),
+		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
+		chromedp.Click(css(`button#edit`)),
+		chromedp.WaitVisible(css(`#changes h2`)), // htmx has loaded the panels
+		chromedp.Click(css(`#session a.open-file[data-path="README.md"]`)),
+	)
+	if err != nil {
+		t.Fatalf("opening a session: %v; the page has %s", err, pageState(ctx))
+	}
+	sessionURL, _ := chromedp.Run(ctx, chromedp.Location())
+	// The editor lives in a shadow root (its styles pass the page's CSP
+	// there), so it is reached through script.
+	const content = `document.querySelector("#editor").shadowRoot?.querySelector(".cm-content")`
+	editorText := func() string {
+		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(` + content + `)?.innerText ?? ""`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return text
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s; the page has %s", what, pageState(ctx))
+			}
+		}
+	}
+	waitFor("the file in the editor", func() bool { return strings.Contains(editorText(), "# Base") })
+
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(` + content + `).focus(); true`)); err != nil {
+		t.Fatal(err)
+	}
+	err = do(ctx,
+		chromedp.KeyEvent(kb.End),
+		chromedp.KeyEvent(" from the browser"),
+		chromedp.KeyEvent("s", chromedp.KeyModifiers(chromedp.ModifierCtrl)),
+	)
+	if err != nil {
+		t.Fatalf("typing: %v", err)
+	}
+	status := func() string {
+		s, _ := chromedp.Run(ctx, chromedp.Text(css(`#editor-status`)))
+		return s
+	}
+	waitFor("saved", func() bool {
+		return strings.Contains(strings.ToLower(status()), "saved") && !strings.Contains(strings.ToLower(status()), "unsaved")
+	})
+
+	// The edit is in the database: a reload shows it.
+	u, _ := url.Parse(sessionURL)
+	if err := do(ctx, chromedp.Navigate(h.srv.URL+u.Path+"?path=README.md")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the saved edit after a reload", func() bool { return strings.Contains(editorText(), "from the browser") })
+
+	err = do(ctx,
+		chromedp.WaitVisible(css(`#changes li.modified a`)),
+		chromedp.Click(css(`#changes li.modified a`)),
+		chromedp.WaitVisible(css(`#diff pre.unified .add`)),
+	)
+	if err != nil {
+		t.Fatalf("diff: %v; the page has %s", err, pageState(ctx))
+	}
+	added, _ := chromedp.Run(ctx, chromedp.Text(css(`#diff pre.unified .add`)))
+	if !strings.Contains(added, "from the browser") {
+		t.Fatalf("the diff's added line is %q", added)
+	}
+
+	// Discard: confirmed, back on the Code page, and the session is gone.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.confirm = () => true; true`)); err != nil {
+		t.Fatal(err)
+	}
+	err = do(ctx,
+		chromedp.Click(css(`.danger-zone button.danger`)),
+		chromedp.WaitVisible(css(`button#edit`)),
+	)
+	if err != nil {
+		t.Fatalf("discard: %v; the page has %s", err, pageState(ctx))
+	}
+	expectProblem(t, owner.get(u.Path, jsonAccept), http.StatusGone, "discarded")
+}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"atelier/editsession"
 	"atelier/models"
 	"atelier/storage"
 )
@@ -21,8 +22,9 @@ type Config struct {
 	WorkspacesRoot string // PROJECT_WORKSPACES_ROOT, absolute
 	SecureCookies  bool   // ATELIER_SECURE_COOKIES: the site is served over TLS by a proxy
 	Pool           models.Pool
-	S3             storage.S3Config // ATELIER_S3_*; empty Endpoint keeps objects in <data>/objects
-	MaxImportBytes int64            // ATELIER_IMPORT_MAX_BYTES: largest archive an import accepts
+	S3             storage.S3Config   // ATELIER_S3_*; empty Endpoint keeps objects in <data>/objects
+	MaxImportBytes int64              // ATELIER_IMPORT_MAX_BYTES: largest archive an import accepts
+	Sessions       editsession.Config // CODE_SESSION_IDLE_MS, CODE_SESSION_MAX_MS
 }
 
 // LoadConfig reads the configuration through getenv (os.Getenv in main).
@@ -76,6 +78,16 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return cfg, fmt.Errorf("config: ATELIER_IMPORT_MAX_BYTES must be a number of bytes (at least 1024), got %q", v)
 		}
 		cfg.MaxImportBytes = n
+	}
+	cfg.Sessions = editsession.DefaultConfig
+	for name, d := range map[string]*time.Duration{"CODE_SESSION_IDLE_MS": &cfg.Sessions.Idle, "CODE_SESSION_MAX_MS": &cfg.Sessions.MaxAge} {
+		if v := getenv(name); v != "" {
+			ms, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || ms < 1000 {
+				return cfg, fmt.Errorf("config: %s must be a number of milliseconds (at least 1000), got %q", name, v)
+			}
+			*d = time.Duration(ms) * time.Millisecond
+		}
 	}
 	return cfg, nil
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +32,26 @@ type harness struct {
 	store *models.Store
 	app   *App
 	srv   *httptest.Server
+	clock *clock
+}
+
+// clock is the harness's time: the real time when it started, moved only
+// by Advance, so limits can be crossed without waiting.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }
 
 func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
@@ -54,13 +75,15 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	}
 	store := dbtest.Store(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	app, err := New(context.Background(), cfg, store, log, time.Now)
+	clk := &clock{now: time.Now()}
+	app, err := New(context.Background(), cfg, store, log, clk.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(app.Handler)
 	t.Cleanup(srv.Close)
-	return &harness{t: t, cfg: cfg, store: store, app: app, srv: srv}
+	t.Cleanup(app.Events.Close)
+	return &harness{t: t, cfg: cfg, store: store, app: app, srv: srv, clock: clk}
 }
 
 // client is one browser: a cookie jar, no automatic redirects, and the CSRF

@@ -105,6 +105,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	fmt.Fprintf(stdout, "Atelier is serving on http://%s (data in %s)\n", ln.Addr(), cfg.DataDir)
 
 	go app.sweepLoginSessions(ctx, store)
+	go app.Sessions.Run(ctx)
 	go func() {
 		if err := app.Projects.PublishPending(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("publishing pending canonical commits failed", "err", err)
@@ -118,6 +119,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	// Live streams never finish on their own; closing the bus ends them so
+	// Shutdown only waits for ordinary requests.
+	app.Events.Close()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {

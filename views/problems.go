@@ -13,6 +13,7 @@ import (
 
 	"atelier/auth"
 	"atelier/code"
+	"atelier/editsession"
 	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/projects"
@@ -81,6 +82,13 @@ var problems = []struct {
 	{syscall.ELOOP, http.StatusBadRequest, "link_loop", "The path goes round a loop of symbolic links.", false},
 	{gitsvc.ErrBadArgument, http.StatusBadRequest, "bad_source", "", true},
 	{gitsvc.ErrBusy, http.StatusServiceUnavailable, "repository_busy", "The repository is busy; try again in a moment.", false},
+	{editsession.ErrNotFound, http.StatusNotFound, "not_found", "There is no such session.", false},
+	{editsession.ErrFileNotFound, http.StatusNotFound, "not_found", "No such file.", false},
+	{editsession.ErrBinary, http.StatusUnsupportedMediaType, "binary", "", false},
+	{editsession.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large", "", false},
+	{editsession.ErrTooManyPaths, http.StatusConflict, "too_many_paths", "", false},
+	{editsession.ErrStale, http.StatusPreconditionFailed, "stale", "", false},
+	{editsession.ErrNoBase, http.StatusConflict, "no_base", "", false},
 	{models.ErrNotFound, http.StatusNotFound, "not_found", "Not found.", false},
 }
 
@@ -90,6 +98,10 @@ func ProblemOf(err error) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
 		return p
+	}
+	var gone *editsession.GoneError
+	if errors.As(err, &gone) {
+		return &Problem{Status: http.StatusGone, Reason: gone.Reason, Message: sentence(gone.Error())}
 	}
 	var pe *workspace.PathError
 	if errors.As(err, &pe) && !errors.Is(err, workspace.ErrUnsafeRoot) {
@@ -111,7 +123,7 @@ func ProblemOf(err error) *Problem {
 }
 
 // packagePrefix matches the "pkg: " prefixes Atelier's errors carry.
-var packagePrefix = regexp.MustCompile(`\b(auth|code|codestore|gitsvc|models|projects|storage|workspace): `)
+var packagePrefix = regexp.MustCompile(`\b(auth|code|codestore|editsession|events|gitsvc|models|projects|storage|workspace): `)
 
 // sentence drops the package prefixes of an error string and capitalises it.
 func sentence(s string) string {

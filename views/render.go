@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -80,6 +81,24 @@ var funcs = template.FuncMap{
 		return dir + "/" + name
 	},
 	"bytes": humanBytes,
+	// lines splits text into its lines.
+	"lines": func(s string) []string { return strings.Split(strings.TrimSuffix(s, "\n"), "\n") },
+	// diffClass colours a line of a unified diff.
+	"diffClass": func(line string) string {
+		switch {
+		case strings.HasPrefix(line, "+++"), strings.HasPrefix(line, "---"):
+			return "file"
+		case strings.HasPrefix(line, "@@"):
+			return "hunk"
+		case strings.HasPrefix(line, "+"):
+			return "add"
+		case strings.HasPrefix(line, "-"):
+			return "del"
+		}
+		return ""
+	},
+	"ms":    func(d time.Duration) int64 { return d.Milliseconds() },
+	"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") },
 	"deref": func(s *string) string {
 		if s == nil {
 			return ""

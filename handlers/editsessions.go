@@ -1,0 +1,259 @@
+package handlers
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"atelier/auth"
+	"atelier/editsession"
+	"atelier/projects"
+	"atelier/views"
+)
+
+// EditSessions is an owner's or admin's edit session: the page, the file
+// API the editor uses, changes, diffs, discard and keepalive.
+type EditSessions struct {
+	Render   *views.Renderer
+	Projects *projects.Service
+	Sessions *editsession.Service
+	Idle     time.Duration
+}
+
+// timeFormat is how deadlines travel to the page, to the millisecond, so
+// its countdown follows the server's clock.
+const timeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+type sessionView struct {
+	Session *editsession.Session
+	Tree    sessionTreeView
+	Idle    time.Duration
+	Now     time.Time
+	Open    string
+}
+
+func (v sessionView) JSON() any {
+	return gin.H{"id": v.Session.ID, "baseCommit": v.Session.BaseCommit,
+		"idleDeadline": v.Session.IdleDeadline.Format(timeFormat), "maxDeadline": v.Session.MaxDeadline.Format(timeFormat)}
+}
+
+// Open opens the caller's session on the project, or returns the open one:
+// 201 or 200, with Location.
+func (h *EditSessions) Open(c *gin.Context) error {
+	acc, err := access(c, h.Projects, auth.CodeEdit)
+	if err != nil {
+		return err
+	}
+	sess, created, err := h.Sessions.Open(c.Request.Context(), acc)
+	if err != nil {
+		return err
+	}
+	location := fmt.Sprintf("/projects/%d/sessions/%s", acc.Project.ID, sess.ID)
+	if !views.WantsJSON(c.Request) {
+		views.Redirect(c, location)
+		return nil
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	c.Header("Location", location)
+	c.JSON(status, sessionView{Session: sess}.JSON())
+	return nil
+}
+
+// Page renders the session page.
+func (h *EditSessions) Page(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	entries, err := h.Sessions.List(c.Request.Context(), sess, "")
+	if err != nil {
+		return err
+	}
+	return h.Render.Render(c, http.StatusOK, "session", sessionView{
+		Session: sess, Tree: sessionTreeView{Base: base(sess), Entries: entries},
+		Idle: h.Idle, Now: time.Now(), Open: c.Query("path"),
+	})
+}
+
+type sessionTreeView struct {
+	Base    string
+	Dir     string
+	Entries []editsession.Entry
+}
+
+func (v sessionTreeView) JSON() any { return v.Entries }
+
+// Tree renders one level of the session's tree with its change marks.
+func (h *EditSessions) Tree(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	dir := c.Query("path")
+	entries, err := h.Sessions.List(c.Request.Context(), sess, dir)
+	if err != nil {
+		return err
+	}
+	return h.Render.Render(c, http.StatusOK, "partials/session_tree", sessionTreeView{Base: base(sess), Dir: dir, Entries: entries})
+}
+
+// File answers the file's exact bytes with its ETag.
+func (h *EditSessions) File(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	f, err := h.Sessions.Read(c.Request.Context(), sess, c.Query("path"))
+	if err != nil {
+		return err
+	}
+	c.Header("ETag", f.ETag)
+	c.Header("Cache-Control", "no-store")
+	c.Data(http.StatusOK, "text/plain; charset=utf-8", f.Content)
+	return nil
+}
+
+// Save stores the request body as the file, exactly as sent.
+func (h *EditSessions) Save(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	content, err := io.ReadAll(io.LimitReader(c.Request.Body, editsession.MaxFileBytes+1))
+	if err != nil {
+		if isTooLarge(err) {
+			return editsession.ErrTooLarge
+		}
+		return err
+	}
+	etag, err := h.Sessions.Save(c.Request.Context(), sess, c.Query("path"), content, precondition(c))
+	if err != nil {
+		return err
+	}
+	c.Header("ETag", etag)
+	c.Status(http.StatusNoContent)
+	return nil
+}
+
+// Delete removes the file from the session's tree.
+func (h *EditSessions) Delete(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	if err := h.Sessions.Delete(c.Request.Context(), sess, c.Query("path"), precondition(c)); err != nil {
+		return err
+	}
+	c.Status(http.StatusNoContent)
+	return nil
+}
+
+type changesView struct {
+	Base    string
+	Changes []editsession.Change
+}
+
+func (v changesView) JSON() any { return v.Changes }
+
+// Changes lists the changed paths: JSON, or the panel for htmx.
+func (h *EditSessions) Changes(c *gin.Context) error {
+	sess, err := h.session(c, false)
+	if err != nil {
+		return err
+	}
+	changes, err := h.Sessions.Changes(c.Request.Context(), sess)
+	if err != nil {
+		return err
+	}
+	return h.Render.Render(c, http.StatusOK, "partials/changes", changesView{Base: base(sess), Changes: changes})
+}
+
+type diffView struct {
+	Path string `json:"path"`
+	Diff string `json:"diff"`
+}
+
+// Diff shows one file's unified diff against the base.
+func (h *EditSessions) Diff(c *gin.Context) error {
+	sess, err := h.session(c, false)
+	if err != nil {
+		return err
+	}
+	p := c.Query("path")
+	d, err := h.Sessions.Diff(c.Request.Context(), sess, p)
+	if err != nil {
+		return err
+	}
+	if !views.WantsJSON(c.Request) && !views.IsHTMX(c.Request) {
+		c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte(d))
+		return nil
+	}
+	return h.Render.Render(c, http.StatusOK, "partials/diff", diffView{Path: p, Diff: d})
+}
+
+// Discard ends the session and drops its edits.
+func (h *EditSessions) Discard(c *gin.Context) error {
+	sess, err := h.session(c, false)
+	if err != nil {
+		return err
+	}
+	if err := h.Sessions.Discard(c.Request.Context(), sess); err != nil {
+		return err
+	}
+	if views.WantsJSON(c.Request) {
+		c.Status(http.StatusNoContent)
+		return nil
+	}
+	views.Redirect(c, fmt.Sprintf("/projects/%d/code", sess.ProjectID))
+	return nil
+}
+
+// Keepalive counts as activity and says when the session idles out.
+func (h *EditSessions) Keepalive(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, gin.H{"idleDeadline": sess.IdleDeadline.Format(timeFormat), "serverNow": time.Now().Format(timeFormat)})
+	return nil
+}
+
+// session checks, on every request, that the caller may edit the project
+// and that the session is theirs and open, ending it here when it is over a
+// limit. touch says whether the request counts as activity. Every answer
+// carries the idle deadline and the server's clock.
+//
+// Only the session's owner learns it exists: anyone else, a project admin
+// too, gets 404 before any permission is weighed; an owner who has lost the
+// right to edit gets 403.
+func (h *EditSessions) session(c *gin.Context, touch bool) (*editsession.Session, error) {
+	acc, err := access(c, h.Projects, auth.CodeRead)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := h.Sessions.Get(c.Request.Context(), acc, c.Param("sid"), touch)
+	if err != nil {
+		return nil, err
+	}
+	if !acc.Can(auth.CodeEdit) {
+		return nil, auth.ErrForbidden
+	}
+	c.Header("X-Session-Idle-Deadline", sess.IdleDeadline.Format(timeFormat))
+	c.Header("X-Server-Now", time.Now().Format(timeFormat))
+	return sess, nil
+}
+
+func precondition(c *gin.Context) editsession.Precondition {
+	return editsession.Precondition{IfMatch: c.GetHeader("If-Match"), IfNoneMatch: c.GetHeader("If-None-Match")}
+}
+
+// base is the URL prefix of the session.
+func base(sess *editsession.Session) string {
+	return fmt.Sprintf("/projects/%d/sessions/%s", sess.ProjectID, sess.ID)
+}

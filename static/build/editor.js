@@ -1,0 +1,209 @@
+// Entry point for static/vendor/codemirror.min.js (built by vendor.sh).
+// It exposes one global, window.AtelierEditor, so the pages never need a
+// module loader:
+//
+//   const ed = AtelierEditor.create(parentElement, {
+//     doc: "file text", filename: "dir/name.go",
+//     onSave() {}, onChange() {},
+//   });
+//   ed.getText(); ed.setText(text); ed.focus(); ed.setReadOnly(true); ed.destroy();
+//
+// Two things matter more than anything else here:
+//
+// Bytes. getText() returns exactly what create()/setText() were given until
+// someone edits. CodeMirror normally splits lines on \n, \r\n and \r alike and
+// joins them with \n, which would rewrite line endings; so the line separator
+// is fixed to the one the file itself uses, and any other line-break
+// character stays in the text as an ordinary (visibly marked) character.
+//
+// CSP. The page forbids inline <style> elements. style-mod, which CodeMirror
+// uses for its CSS, only uses constructable style sheets (adoptedStyleSheets,
+// which CSP does not restrict) inside a shadow root; in a plain document it
+// adds a <style> element, which the policy blocks. So the editor lives in a
+// shadow root attached to the parent element. Inherited properties (font,
+// colour, CSS custom properties) still flow in from the page's stylesheet.
+
+import { basicSetup } from "codemirror";
+import { EditorState, Compartment, Prec } from "@codemirror/state";
+import { EditorView, keymap } from "@codemirror/view";
+import { indentWithTab } from "@codemirror/commands";
+import { indentUnit } from "@codemirror/language";
+import { javascript } from "@codemirror/lang-javascript";
+import { python } from "@codemirror/lang-python";
+import { go } from "@codemirror/lang-go";
+import { html } from "@codemirror/lang-html";
+import { css } from "@codemirror/lang-css";
+import { json } from "@codemirror/lang-json";
+import { markdown } from "@codemirror/lang-markdown";
+
+const languages = {
+  js: () => javascript(),
+  mjs: () => javascript(),
+  cjs: () => javascript(),
+  jsx: () => javascript({ jsx: true }),
+  ts: () => javascript({ typescript: true }),
+  mts: () => javascript({ typescript: true }),
+  cts: () => javascript({ typescript: true }),
+  tsx: () => javascript({ jsx: true, typescript: true }),
+  py: () => python(),
+  pyi: () => python(),
+  pyw: () => python(),
+  go: () => go(),
+  html: () => html(),
+  htm: () => html(),
+  gohtml: () => html(),
+  tmpl: () => html(),
+  svg: () => html(),
+  css: () => css(),
+  json: () => json(),
+  webmanifest: () => json(),
+  md: () => markdown(),
+  markdown: () => markdown(),
+};
+
+// languageFor picks a language from the last extension of the file name;
+// unknown extensions get plain text.
+function languageFor(filename) {
+  const base = String(filename || "").split("/").pop();
+  const dot = base.lastIndexOf(".");
+  if (dot <= 0) return [];
+  const make = languages[base.slice(dot + 1).toLowerCase()];
+  return make ? make() : [];
+}
+
+// lineSeparatorOf returns the line break the text mostly uses: \r\n, \n or
+// (for old Mac files) \r. Text with no line break at all gets \n, which is
+// what a new line typed into it will be.
+function lineSeparatorOf(text) {
+  let crlf = 0, lf = 0, cr = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 13) {
+      if (text.charCodeAt(i + 1) === 10) { crlf++; i++; } else cr++;
+    } else if (c === 10) {
+      lf++;
+    }
+  }
+  if (crlf === 0 && lf === 0 && cr === 0) return "\n";
+  if (crlf >= lf && crlf >= cr) return "\r\n";
+  return lf >= cr ? "\n" : "\r";
+}
+
+// indentOf guesses the indentation unit: a tab when lines mostly start with
+// one (and always for Go), else the smallest run of leading spaces seen.
+function indentOf(text, filename) {
+  if (/\.go$/i.test(filename || "")) return "\t";
+  let tabs = 0, spaces = 0, smallest = 0;
+  const re = /(?:^|[\r\n])([ \t]+)\S/g;
+  let m;
+  let seen = 0;
+  while ((m = re.exec(text)) !== null && seen < 2000) {
+    seen++;
+    const lead = m[1];
+    if (lead[0] === "\t") { tabs++; continue; }
+    if (/^ +$/.test(lead)) {
+      spaces++;
+      if (lead.length >= 2 && (smallest === 0 || lead.length < smallest)) smallest = lead.length;
+    }
+  }
+  if (tabs > spaces) return "\t";
+  if (smallest >= 2 && smallest <= 8) return " ".repeat(smallest);
+  return /\.(py|pyi|pyw)$/i.test(filename || "") ? "    " : "  ";
+}
+
+// The editor fills its parent: all of a parent with a fixed height (the
+// text then scrolls inside), else at least the parent's min-height (growing
+// with the text). min-height: inherit carries the parent's value down to the
+// content so a click anywhere in the box lands in the editor. (The gutter
+// column sizes itself to the text; a fixed height looks best.)
+const theme = EditorView.theme({
+  "&": { height: "100%", minHeight: "inherit" },
+  ".cm-scroller": { overflow: "auto", minHeight: "inherit" },
+  ".cm-content": { minHeight: "inherit" },
+});
+
+// create builds an editor inside parent. See the comment at the top.
+function create(parent, options) {
+  if (!parent || typeof parent.appendChild !== "function") {
+    throw new TypeError("AtelierEditor.create: parent must be an element");
+  }
+  const opts = options || {};
+  const filename = String(opts.filename || "");
+  const onSave = typeof opts.onSave === "function" ? opts.onSave : null;
+  const onChange = typeof opts.onChange === "function" ? opts.onChange : null;
+
+  // Inside a shadow root style-mod uses adoptedStyleSheets (see top).
+  let root = parent;
+  if (typeof parent.attachShadow === "function" &&
+      typeof CSSStyleSheet === "function" && "adoptedStyleSheets" in Document.prototype) {
+    root = parent.shadowRoot || parent.attachShadow({ mode: "open" });
+  }
+
+  const editable = new Compartment();
+  let changeTimer = 0;
+  let destroyed = false;
+  let readOnly = false;
+
+  function editableExtensions() {
+    return [EditorState.readOnly.of(readOnly), EditorView.editable.of(!readOnly)];
+  }
+
+  function stateFor(text) {
+    const sep = lineSeparatorOf(text);
+    return EditorState.create({
+      doc: text,
+      extensions: [
+        EditorState.lineSeparator.of(sep),
+        // Pasted or dropped text takes the file's own line breaks.
+        EditorView.clipboardInputFilter.of((t) => t.replace(/\r\n?|\n/g, sep)),
+        Prec.highest(keymap.of([{
+          key: "Mod-s",
+          preventDefault: true,
+          run: () => { if (onSave) onSave(); return true; },
+        }])),
+        basicSetup,
+        keymap.of([indentWithTab]),
+        indentUnit.of(indentOf(text, filename)),
+        languageFor(filename),
+        theme,
+        editable.of(editableExtensions()),
+        EditorView.updateListener.of((update) => {
+          if (!update.docChanged || !onChange) return;
+          clearTimeout(changeTimer);
+          changeTimer = setTimeout(() => { if (!destroyed) onChange(); }, 120);
+        }),
+      ],
+    });
+  }
+
+  const view = new EditorView({
+    state: stateFor(typeof opts.doc === "string" ? opts.doc : ""),
+    parent: root,
+    root: root === parent ? undefined : root,
+  });
+
+  return {
+    // getText returns the document with the file's own line breaks.
+    getText() { return view.state.sliceDoc(); },
+    // setText replaces the whole document (and its undo history), picking
+    // the line separator afresh. It does not call onChange.
+    setText(text) {
+      clearTimeout(changeTimer);
+      view.setState(stateFor(String(text)));
+    },
+    focus() { view.focus(); },
+    // setReadOnly(true) stops all editing (e.g. when the session ended).
+    setReadOnly(flag) {
+      readOnly = !!flag;
+      view.dispatch({ effects: editable.reconfigure(editableExtensions()) });
+    },
+    destroy() {
+      if (destroyed) return;
+      destroyed = true;
+      clearTimeout(changeTimer);
+      view.destroy();
+    },
+  };
+}
+
+window.AtelierEditor = Object.freeze({ create });
