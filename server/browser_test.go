@@ -221,7 +221,7 @@ func TestBrowserEditSession(t *testing.T) {
 	// there), so it is reached through script.
 	const content = `document.querySelector("#editor").shadowRoot?.querySelector(".cm-content")`
 	editorText := func() string {
-		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(` + content + `)?.innerText ?? ""`))
+		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(`+content+`)?.innerText ?? ""`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +237,7 @@ func TestBrowserEditSession(t *testing.T) {
 	}
 	waitFor("the file in the editor", func() bool { return strings.Contains(editorText(), "# Base") })
 
-	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(` + content + `).focus(); true`)); err != nil {
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(`+content+`).focus(); true`)); err != nil {
 		t.Fatal(err)
 	}
 	err = do(ctx,
