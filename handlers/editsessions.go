@@ -21,6 +21,9 @@ type EditSessions struct {
 	Projects *projects.Service
 	Sessions *editsession.Service
 	Idle     time.Duration
+	// Now is the clock the sessions' limits run on; the page's countdown
+	// follows it.
+	Now func() time.Time
 }
 
 // timeFormat is how deadlines travel to the page, to the millisecond, so
@@ -77,7 +80,7 @@ func (h *EditSessions) Page(c *gin.Context) error {
 	}
 	return h.Render.Render(c, http.StatusOK, "session", sessionView{
 		Session: sess, Tree: sessionTreeView{Base: base(sess), Entries: entries},
-		Idle: h.Idle, Now: time.Now(), Open: c.Query("path"),
+		Idle: h.Idle, Now: h.Now(), Open: c.Query("path"),
 	})
 }
 
@@ -220,7 +223,7 @@ func (h *EditSessions) Keepalive(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, gin.H{"idleDeadline": sess.IdleDeadline.Format(timeFormat), "serverNow": time.Now().Format(timeFormat)})
+	c.JSON(http.StatusOK, gin.H{"idleDeadline": sess.IdleDeadline.Format(timeFormat), "serverNow": h.Now().Format(timeFormat)})
 	return nil
 }
 
@@ -245,7 +248,7 @@ func (h *EditSessions) session(c *gin.Context, touch bool) (*editsession.Session
 		return nil, auth.ErrForbidden
 	}
 	c.Header("X-Session-Idle-Deadline", sess.IdleDeadline.Format(timeFormat))
-	c.Header("X-Server-Now", time.Now().Format(timeFormat))
+	c.Header("X-Server-Now", h.Now().Format(timeFormat))
 	return sess, nil
 }
 

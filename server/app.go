@@ -111,7 +111,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		users:    &handlers.Users{Render: render, Auth: authSvc, Store: store},
 		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
 			MaxImportBytes: cfg.MaxImportBytes, MaxRawBytes: maxRawBytes},
-		edit:           &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc, Idle: cfg.Sessions.Idle},
+		edit:           &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc, Idle: cfg.Sessions.Idle, Now: now},
 		maxImportBytes: cfg.MaxImportBytes,
 	}
 	a.sessions = &handlers.Sessions{Render: render, Auth: authSvc, Cookies: a.cookies}

@@ -289,3 +289,50 @@ func TestBrowserEditSession(t *testing.T) {
 	}
 	expectProblem(t, owner.get(u.Path, jsonAccept), http.StatusGone, "discarded")
 }
+
+// The idle warning follows the server's clock: when the server says the
+// session has 30 s left, the page warns though the tab's own clock has
+// barely moved, and "Keep working" moves the deadline on the server.
+func TestBrowserIdleWarning(t *testing.T) {
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	s, _ := owner.openSession(id)
+	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	ctx := browser(t)
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	err := do(ctx,
+		chromedp.Navigate(h.srv.URL+"/login"),
+		chromedp.SendKeys(css(`input[name=username]`), "owner"),
+		chromedp.SendKeys(css(`input[name=password]`), "password-owner"),
+		chromedp.Submit(css(`form.stack`)),
+		chromedp.WaitVisible(css(`.cards`)),
+		chromedp.Navigate(h.srv.URL+base),
+		chromedp.WaitVisible(css(`#changes h2`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hidden, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector("#idle-warning").hidden`)); !hidden {
+		t.Fatal("the idle warning shows on a fresh session")
+	}
+	h.clock.Advance(9*time.Minute + 30*time.Second)
+	// A request that is not activity brings the server's clock to the page.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`htmx.ajax("GET", "`+base+`/changes", "#changes"); true`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := do(ctx, chromedp.WaitVisible(css(`#idle-warning`))); err != nil {
+		t.Fatalf("no idle warning with 30 s left on the server's clock: %v", err)
+	}
+	countdown, _ := chromedp.Run(ctx, chromedp.Text(css(`#idle-countdown`)))
+	if countdown == "" || strings.Contains(countdown, "9:") {
+		t.Fatalf("countdown %q", countdown)
+	}
+	if err := do(ctx, chromedp.Click(css(`#keep-working`)), chromedp.WaitNotVisible(css(`#idle-warning`))); err != nil {
+		t.Fatalf("keep working: %v", err)
+	}
+	// The server moved the deadline: 9 more minutes later the session lives.
+	h.clock.Advance(9 * time.Minute)
+	if _, _, status := owner.read(base, "README.md"); status != http.StatusOK {
+		t.Fatalf("after keep working the session ended: %d", status)
+	}
+}
