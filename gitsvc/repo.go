@@ -224,6 +224,18 @@ func (s *Service) Head(ctx context.Context, r *Repo) (commit, branch string, err
 // ResolveCommit returns the full hash of the commit rev names, or
 // ErrNotFound.
 func (s *Service) ResolveCommit(ctx context.Context, r *Repo, rev string) (string, error) {
+	return s.resolvePeeled(ctx, r, rev, "^{commit}")
+}
+
+// ResolveTree returns the full hash of the tree of the commit rev names, or
+// ErrNotFound.
+func (s *Service) ResolveTree(ctx context.Context, r *Repo, rev string) (string, error) {
+	return s.resolvePeeled(ctx, r, rev, "^{commit}^{tree}")
+}
+
+// resolvePeeled resolves a user's rev peeled by a fixed suffix, under the
+// repository's read lock.
+func (s *Service) resolvePeeled(ctx context.Context, r *Repo, rev, peel string) (string, error) {
 	if err := checkValue(rev); err != nil {
 		return "", err
 	}
@@ -232,7 +244,7 @@ func (s *Service) ResolveCommit(ctx context.Context, r *Repo, rev string) (strin
 		return "", err
 	}
 	defer release()
-	return s.resolve(ctx, r, rev+"^{commit}")
+	return s.resolve(ctx, r, rev+peel)
 }
 
 // resolve runs rev-parse --verify on spec, a user's value with a peel suffix.

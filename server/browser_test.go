@@ -57,6 +57,18 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
+// signIn signs the browser in through the form and waits for the projects
+// page.
+func signIn(h *harness, username, password string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.Navigate(h.srv.URL+"/login"),
+		chromedp.SendKeys(chromedp.CSS(`input[name=username]`), username),
+		chromedp.SendKeys(chromedp.CSS(`input[name=password]`), password),
+		chromedp.Submit(chromedp.CSS(`form.stack`)),
+		chromedp.WaitVisible(chromedp.CSS(`a.button[href="/projects/new"]`)),
+	)
+}
+
 // do runs steps with a deadline, leaving the browser usable afterwards so a
 // failure can describe the page.
 func do(ctx context.Context, steps ...chromedp.Action[chromedp.Void]) error {
@@ -80,11 +92,7 @@ func TestBrowserCreateLocalProject(t *testing.T) {
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 
 	err := do(ctx,
-		chromedp.Navigate(h.srv.URL+"/login"),
-		chromedp.SendKeys(css(`input[name=username]`), "ann"),
-		chromedp.SendKeys(css(`input[name=password]`), "ann-password"),
-		chromedp.Submit(css(`form.stack`)),
-		chromedp.WaitVisible(css(`a.button[href="/projects/new"]`)),
+		signIn(h, "ann", "ann-password"),
 		chromedp.Click(css(`a.button[href="/projects/new"]`)),
 		chromedp.WaitVisible(css(`input[name=name]`)),
 		chromedp.SendKeys(css(`input[name=name]`), "Browser Made"),
@@ -162,11 +170,7 @@ func TestBrowserCodePage(t *testing.T) {
 	ctx := browser(t)
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 	err := do(ctx,
-		chromedp.Navigate(h.srv.URL+"/login"),
-		chromedp.SendKeys(css(`input[name=username]`), "reader"),
-		chromedp.SendKeys(css(`input[name=password]`), "reader-password"),
-		chromedp.Submit(css(`form.stack`)),
-		chromedp.WaitVisible(css(`.cards`)),
+		signIn(h, "reader", "reader-password"),
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.WaitVisible(css(`summary[data-path="cmd"]`)),
 		chromedp.Click(css(`summary[data-path="cmd"]`)),
@@ -203,11 +207,7 @@ func TestBrowserEditSession(t *testing.T) {
 	ctx := browser(t)
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 	err := do(ctx,
-		chromedp.Navigate(h.srv.URL+"/login"),
-		chromedp.SendKeys(css(`input[name=username]`), "owner"),
-		chromedp.SendKeys(css(`input[name=password]`), "password-owner"),
-		chromedp.Submit(css(`form.stack`)),
-		chromedp.WaitVisible(css(`.cards`)),
+		signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
 		chromedp.WaitVisible(css(`#changes h2`)), // htmx has loaded the panels
@@ -301,11 +301,7 @@ func TestBrowserIdleWarning(t *testing.T) {
 	ctx := browser(t)
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 	err := do(ctx,
-		chromedp.Navigate(h.srv.URL+"/login"),
-		chromedp.SendKeys(css(`input[name=username]`), "owner"),
-		chromedp.SendKeys(css(`input[name=password]`), "password-owner"),
-		chromedp.Submit(css(`form.stack`)),
-		chromedp.WaitVisible(css(`.cards`)),
+		signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+base),
 		chromedp.WaitVisible(css(`#changes h2`)),
 	)
