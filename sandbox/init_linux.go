@@ -1,0 +1,325 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	initEnv   = "ATELIER_SANDBOX_INIT" // marks the init helper
+	initArg0  = "atelier-sandbox-init" // its argv[0], for ps
+	initFD    = 3                      // the socket to the server
+	initStart = 127                    // the helper's exit code when it fails
+)
+
+// Stages the helper reports a failure at.
+const (
+	stageSpec   = "spec"
+	stageCgroup = "cgroup"
+	stageLimits = "rlimits"
+	stageNetns  = "netns"
+	stageLo     = "loopback"
+	stageCaps   = "capabilities"
+	stageIDs    = "uid/gid"
+	stageVerify = "verify"
+	stageDir    = "chdir"
+	stageExec   = "exec"
+)
+
+// initCalled is set when Init returned in this process, which proves the
+// binary calls it: New refuses to work otherwise, since the helper would
+// then be a second copy of the program running as root.
+var initCalled atomic.Bool
+
+// Init must be the first call in main (and in TestMain of a package that
+// runs sandboxed commands). In the sandbox's init helper it sets up the
+// sandbox and execs the command, never returning; anywhere else it returns
+// at once.
+func Init() {
+	if os.Getenv(initEnv) != "1" {
+		initCalled.Store(true)
+		return
+	}
+	ch := os.NewFile(initFD, "sandbox-init")
+	stage, err := enter(ch)
+	msg, errno := "unknown failure", 0
+	if err != nil {
+		msg = err.Error()
+		var en syscall.Errno
+		if errors.As(err, &en) {
+			errno = int(en)
+		}
+	}
+	json.NewEncoder(ch).Encode(initReply{Stage: stage, Msg: msg, Errno: errno})
+	os.Exit(initStart)
+}
+
+// enter does the helper's job; it returns only on failure, with the stage
+// that failed. Several steps act on the calling thread only (the network
+// namespace, no_new_privs, the capability sets), and execve carries over
+// the calling thread's state, so all of it runs on one locked thread.
+func enter(ch *os.File) (string, error) {
+	runtime.LockOSThread()
+	if os.Getuid() != 0 {
+		return stageSpec, errors.New("the init helper must start as root")
+	}
+	var is initSpec
+	if err := json.NewDecoder(ch).Decode(&is); err != nil {
+		return stageSpec, err
+	}
+	if is.UID == 0 || is.GID == 0 || len(is.Argv) == 0 {
+		return stageSpec, errors.New("refusing uid 0, gid 0 or an empty command")
+	}
+	syscall.Umask(0o077)
+
+	// Join the cgroups before anything else runs, so every process of the
+	// command is inside from the start.
+	pid := strconv.Itoa(os.Getpid())
+	for _, procs := range is.Cgroups {
+		if err := writeCgroup(procs, pid); err != nil {
+			return stageCgroup, err
+		}
+	}
+
+	limits := []struct {
+		res int
+		val uint64
+	}{
+		{unix.RLIMIT_NPROC, is.MaxProcs}, // per uid: the uid is the session's alone
+		{unix.RLIMIT_CORE, 0},
+	}
+	if is.MaxData > 0 {
+		// Without a memory cgroup. Not RLIMIT_AS: Go and JVM tools reserve
+		// far more address space than they use.
+		limits = append(limits, struct {
+			res int
+			val uint64
+		}{unix.RLIMIT_DATA, is.MaxData})
+	}
+	for _, l := range limits {
+		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.val, Max: l.val}); err != nil {
+			return stageLimits, err
+		}
+	}
+
+	if is.DenyNetwork {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return stageNetns, err
+		}
+		if err := loopbackUp(); err != nil {
+			return stageLo, err
+		}
+	}
+
+	if err := dropCapabilities(); err != nil {
+		return stageCaps, err
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return stageCaps, err
+	}
+	// The syscall package changes the ids of every thread.
+	if err := syscall.Setgroups(nil); err != nil {
+		return stageIDs, err
+	}
+	if err := syscall.Setresgid(int(is.GID), int(is.GID), int(is.GID)); err != nil {
+		return stageIDs, err
+	}
+	if err := syscall.Setresuid(int(is.UID), int(is.UID), int(is.UID)); err != nil {
+		return stageIDs, err
+	}
+	if err := verify(is.UID, is.GID); err != nil {
+		return stageVerify, err
+	}
+
+	// As the session's user, so a folder it may not enter is refused.
+	if err := os.Chdir(is.Dir); err != nil {
+		return stageDir, err
+	}
+	path, err := lookPath(is.Argv[0])
+	if err != nil {
+		return stageExec, err
+	}
+	if err := resetSignals(); err != nil {
+		return stageExec, err
+	}
+	// Nothing but stdin, stdout and stderr goes to the command; the
+	// socket closes with the exec and so tells the server it happened.
+	if err := unix.CloseRange(initFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		if err := cloexecAll(); err != nil {
+			return stageExec, err
+		}
+	}
+	err = syscall.Exec(path, is.Argv, is.Env)
+	return stageExec, fmt.Errorf("%s: %w", is.Argv[0], err)
+}
+
+// loopbackUp brings up lo in the new network namespace (what `ip link set
+// lo up` does), so servers a command starts on 127.0.0.1 are reachable.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// dropCapabilities empties the ambient and bounding sets and the
+// inheritable set, so nothing can bring a capability back after the
+// switch to the session's uid (which clears the permitted and effective
+// sets).
+func dropCapabilities() error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient: %w", err)
+	}
+	for c := 0; ; c++ {
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		if err == unix.EINVAL {
+			break // past the last capability of this kernel
+		}
+		if err != nil {
+			return fmt.Errorf("drop bounding capability %d: %w", c, err)
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
+
+// verify reads back what the kernel says about this thread, refusing to
+// exec unless every id is the session's, no group is left, no_new_privs is
+// set and every capability set is empty.
+func verify(uid, gid uint32) error {
+	b, err := os.ReadFile("/proc/thread-self/status")
+	if err != nil {
+		return err
+	}
+	want := map[string]string{
+		"Uid":        strings.Repeat(strconv.FormatUint(uint64(uid), 10)+" ", 4),
+		"Gid":        strings.Repeat(strconv.FormatUint(uint64(gid), 10)+" ", 4),
+		"Groups":     "",
+		"NoNewPrivs": "1 ",
+		"CapInh":     "0000000000000000 ",
+		"CapPrm":     "0000000000000000 ",
+		"CapEff":     "0000000000000000 ",
+		"CapBnd":     "0000000000000000 ",
+		"CapAmb":     "0000000000000000 ",
+	}
+	seen := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		key, val, ok := strings.Cut(line, ":")
+		w, check := want[key]
+		if !ok || !check {
+			continue
+		}
+		seen++
+		got := ""
+		for _, f := range strings.Fields(val) {
+			got += f + " "
+		}
+		if got != w {
+			return fmt.Errorf("%s is %q, want %q", key, strings.TrimSpace(got), strings.TrimSpace(w))
+		}
+	}
+	if seen != len(want) {
+		return fmt.Errorf("/proc/thread-self/status lacks some of %d fields", len(want))
+	}
+	return nil
+}
+
+// lookPath finds name on the clean PATH, as the session's user.
+func lookPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, dir := range filepath.SplitList(cleanPath) {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && unix.Access(p, unix.X_OK) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: %w", name, syscall.ENOENT)
+}
+
+// resetSignals gives the command default signal handling: execve keeps a
+// signal ignored when it was, and the server may have been started with
+// SIGINT or SIGHUP ignored (nohup, a background job), which would reach
+// people's shells. It also unblocks every signal on this thread.
+func resetSignals() error {
+	b, err := os.ReadFile("/proc/thread-self/status")
+	if err != nil {
+		return err
+	}
+	var ignored uint64
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("SigIgn:")); ok {
+			ignored, err = strconv.ParseUint(string(bytes.TrimSpace(v)), 16, 64)
+			if err != nil {
+				return err
+			}
+		}
+	}
+	// struct sigaction of the kernel: handler, flags, restorer, mask. All
+	// zero is SIG_DFL.
+	var dfl struct {
+		handler, flags, restorer uintptr
+		mask                     uint64
+	}
+	for sig := 1; sig <= 64; sig++ {
+		if ignored&(1<<(sig-1)) == 0 || sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
+			continue
+		}
+		_, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0)
+		if errno != 0 {
+			return fmt.Errorf("reset signal %d: %w", sig, errno)
+		}
+	}
+	var none unix.Sigset_t
+	return unix.PthreadSigmask(unix.SIG_SETMASK, &none, nil)
+}
+
+// cloexecAll marks every descriptor from 3 up close-on-exec, for kernels
+// without close_range.
+func cloexecAll() error {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < initFD {
+			continue
+		}
+		unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// termGrace is how long a command has between SIGTERM and SIGKILL
+	// when it is stopped early.
+	termGrace = time.Second
+	// killWait bounds the kill of a command's processes after it ends.
+	killWait = 10 * time.Second
+	// drainWait bounds the wait for the output pipes to close once every
+	// process of the command is gone.
+	drainWait = 2 * time.Second
+)
+
+// errPipesOpen: the output pipes stayed open after the command's processes
+// were killed, so something outside its tree holds them.
+var errPipesOpen = errors.New("output pipes still open after the kill")
+
+// tree is every process a command may leave behind and how to end them.
+type tree interface {
+	// signal sends sig to the main process and to the rest of the tree.
+	signal(sig unix.Signal)
+	// kill sends SIGKILL until no live process of the tree is left; it
+	// fails when ctx ends first.
+	kill(ctx context.Context) error
+}
+
+// starter starts a command writing to stdout and stderr.
+type starter func(stdout, stderr *os.File) (*exec.Cmd, tree, error)
+
+// RunPlain runs argv without a sandbox, as the server's own user, through
+// the same runner as Sandbox.Run. It is for Atelier's own tools, never for
+// a person's command. A bare argv[0] is looked up on the server's PATH.
+// env is the whole environment: nil is an empty one, never the server's. The command starts a session of its own; when it
+// ends, or is stopped, every process of that session and its process group
+// is killed. A process that starts yet another session escapes that kill,
+// so tools that daemonize do not belong here.
+func RunPlain(ctx context.Context, argv []string, dir string, env []string, lim Limits) (*Result, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return nil, &RunError{Kind: Start, Partial: Result{ExitCode: -1}, Err: fmt.Errorf("%w: no command", ErrBadSpec)}
+	}
+	return run(ctx, lim, func(stdout, stderr *os.File) (*exec.Cmd, tree, error) {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = dir
+		cmd.Env = append([]string{}, env...)
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			return nil, nil, err
+		}
+		return cmd, sessionTree(cmd.Process.Pid), nil
+	})
+}
+
+// run is the one runner: it starts a command, collects its output within
+// lim, stops it at the timeout, on ctx's end or on overflow (SIGTERM, then
+// SIGKILL after termGrace), and after the main process has exited kills
+// whatever of its tree is left, so a background child holding the output
+// pipes cannot keep it waiting.
+func run(ctx context.Context, lim Limits, start starter) (*Result, error) {
+	lim = lim.withDefaults()
+	if err := ctx.Err(); err != nil {
+		return nil, &RunError{Kind: Canceled, Partial: Result{ExitCode: -1}, Err: context.Cause(ctx)}
+	}
+	began := time.Now()
+	c := newCapture(lim)
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, &RunError{Kind: Start, Partial: Result{ExitCode: -1}, Err: err}
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, &RunError{Kind: Start, Partial: Result{ExitCode: -1}, Err: err}
+	}
+	cmd, tr, err := start(outW, errW)
+	// The child has its own copies; ours would keep the pipes open.
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, &RunError{Kind: Start, Partial: Result{ExitCode: -1, Duration: time.Since(began)}, Err: err}
+	}
+
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { defer readers.Done(); c.drain(outR, &c.out) }()
+	go func() { defer readers.Done(); c.drain(errR, &c.err) }()
+	exited := make(chan struct{})
+	go func() { defer close(exited); waitExited(cmd.Process.Pid) }()
+
+	timer := time.NewTimer(lim.Timeout)
+	defer timer.Stop()
+	var kind ErrKind
+	var cause error
+	select {
+	case <-exited:
+	case <-timer.C:
+		kind, cause = Timeout, fmt.Errorf("%w after %s", context.DeadlineExceeded, lim.Timeout)
+	case <-ctx.Done():
+		kind, cause = Canceled, context.Cause(ctx)
+	case <-c.overflowed():
+		kind, cause = Overflow, overflowError(lim)
+	}
+	var cleanupErr error
+	if kind != 0 {
+		cleanupErr = stop(tr, exited)
+	}
+	dur := time.Since(began)
+
+	// The main process has exited but is not reaped yet, so its pid (the
+	// session id of a plain command) cannot be reused during the kill.
+	kctx, cancel := context.WithTimeout(context.Background(), killWait)
+	cleanupErr = errors.Join(cleanupErr, tr.kill(kctx))
+	cancel()
+	reaped := false
+	select {
+	case <-exited:
+		cmd.Wait()
+		reaped = true
+	default:
+		// Unkillable (stuck in the kernel): reap it whenever it goes.
+		go cmd.Wait()
+	}
+
+	drained := make(chan struct{})
+	go func() { readers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(drainWait):
+		outR.SetReadDeadline(time.Now())
+		errR.SetReadDeadline(time.Now())
+		<-drained
+		cleanupErr = errors.Join(cleanupErr, errPipesOpen)
+	}
+	outR.Close()
+	errR.Close()
+
+	res := Result{ExitCode: -1, Duration: dur}
+	c.fill(&res)
+	if st := cmd.ProcessState; reaped && st != nil {
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.Signal = ws.Signal().String()
+		} else {
+			res.ExitCode = st.ExitCode()
+		}
+	}
+	if kind == 0 && c.didOverflow() {
+		// The last output came after the main process exited.
+		kind, cause = Overflow, overflowError(lim)
+	}
+	switch {
+	case cleanupErr != nil:
+		// Leftover processes matter more than why the command stopped.
+		res.TimedOut = kind == Timeout
+		return nil, &RunError{Kind: Cleanup, Partial: res, Err: cleanupErr}
+	case kind == Timeout && lim.TimeoutExit > 0:
+		res.ExitCode, res.TimedOut = lim.TimeoutExit, true
+		return &res, nil
+	case kind != 0:
+		return nil, &RunError{Kind: kind, Partial: res, Err: cause}
+	}
+	return &res, nil
+}
+
+func overflowError(lim Limits) error {
+	if lim.MaxCombined > 0 {
+		return fmt.Errorf("more than %d bytes in a stream or %d in both", lim.MaxStream, lim.MaxCombined)
+	}
+	return fmt.Errorf("more than %d bytes in a stream", lim.MaxStream)
+}
+
+// stop ends a command early: SIGTERM to its tree, then after termGrace, or
+// as soon as the main process is gone, SIGKILL to all of it.
+func stop(tr tree, exited <-chan struct{}) error {
+	tr.signal(unix.SIGTERM)
+	grace := time.NewTimer(termGrace)
+	defer grace.Stop()
+	select {
+	case <-exited:
+	case <-grace.C:
+	}
+	tr.signal(unix.SIGKILL)
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(killWait):
+		return errors.New("the main process did not die of SIGKILL")
+	}
+}
+
+// waitExited blocks until process pid has exited, without reaping it.
+func waitExited(pid int) {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// sessionTree is a plain command's tree: its session and process group,
+// both named by the main process's pid (Setsid).
+type sessionTree int
+
+func (t sessionTree) signal(sig unix.Signal) {
+	pid := int(t)
+	unix.Kill(pid, sig)
+	unix.Kill(-pid, sig)
+	scanProcs(func(p int) {
+		signalIf(p, sig, func() (bool, bool) { return inSession(p, pid) })
+	})
+}
+
+func (t sessionTree) kill(ctx context.Context) error {
+	pid := int(t)
+	return killLoop(ctx, func() (int, error) {
+		unix.Kill(-pid, unix.SIGKILL)
+		live := 0
+		err := scanProcs(func(p int) {
+			if signalIf(p, unix.SIGKILL, func() (bool, bool) { return inSession(p, pid) }) {
+				live++
+			}
+		})
+		return live, err
+	}, fmt.Sprintf("session %d", pid))
+}
