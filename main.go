@@ -19,6 +19,7 @@ import (
 	"atelier/auth"
 	"atelier/migrations"
 	"atelier/models"
+	"atelier/sandbox"
 	"atelier/server"
 )
 
@@ -31,6 +32,9 @@ const usage = `usage:
                                 add a user; the password is read from stdin`
 
 func main() {
+	// A sandboxed command starts as a copy of this binary that prepares
+	// itself and becomes the command; it must not get past this line.
+	sandbox.Init()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))

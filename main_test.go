@@ -16,9 +16,13 @@ import (
 	"time"
 
 	"atelier/pgembed/pgtest"
+	"atelier/sandbox"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	sandbox.Init()
+	pgtest.Main(m)
+}
 
 // build compiles the atelier binary once per test.
 func build(t *testing.T) string {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"strings"
 	"time"
 
@@ -49,6 +50,7 @@ var (
 	ErrStale        = errors.New("editsession: the file changed since you loaded it (another tab?)")
 	ErrNoBase       = errors.New("editsession: the project's folder is not a git repository with a commit, so there is nothing to fork")
 	ErrFileNotFound = errors.New("editsession: no such file")
+	ErrEmptyCommand = errors.New("editsession: type a command to run")
 )
 
 // GoneError is a request to a session that has ended.
@@ -77,7 +79,7 @@ var DefaultConfig = Config{Idle: 10 * time.Minute, MaxAge: 2 * time.Hour}
 // Cleaner removes what another part of Atelier keeps for a session (the
 // sandbox: its processes and checkout). It must be safe to call again.
 type Cleaner interface {
-	EndSession(ctx context.Context, sessionID string) error
+	EndSession(ctx context.Context, cs *models.CodeSession) error
 }
 
 // Service runs edit sessions.
@@ -91,6 +93,9 @@ type Service struct {
 	now      func() time.Time
 	log      *slog.Logger
 	cleaners []Cleaner
+
+	sb        *Sandboxes // nil: no commands on this instance
+	checkouts *checkouts
 }
 
 // New returns a Service.
@@ -147,7 +152,7 @@ func (s *Service) Open(ctx context.Context, acc *projects.Access) (*Session, boo
 	if _, err := s.git.Fork(ctx, baseRepo, base, forkName(cs.ID)); err != nil {
 		return nil, false, err
 	}
-	if err := s.db.CreateSession(ctx, cs); err != nil {
+	if err := s.insert(ctx, cs); err != nil {
 		if rmErr := s.git.RemoveRepo(ctx, forkName(cs.ID)); rmErr != nil {
 			s.log.Warn("fork of a session that was not created left behind", "repo", forkName(cs.ID), "err", rmErr)
 		}
@@ -166,6 +171,23 @@ func (s *Service) Open(ctx context.Context, acc *projects.Access) (*Session, boo
 	s.record(ctx, events.SessionOpened, cs, acc.User.ID, map[string]any{"session": cs.ID, "baseCommit": base})
 	sess, err := s.load(ctx, acc, cs.ID, false)
 	return sess, true, err
+}
+
+// insert records the session with a sandbox slot of its own: a random one,
+// drawn again on the rare clash with a live session's.
+func (s *Service) insert(ctx context.Context, cs *models.CodeSession) error {
+	for try := 0; ; try++ {
+		if s.sb != nil {
+			slot := int32(mrand.Uint32N(s.sb.UIDCount))
+			cs.SandboxSlot = &slot
+		}
+		err := s.db.CreateSession(ctx, cs)
+		var ce *models.ConstraintError
+		if errors.As(err, &ce) && ce.Constraint == "code_sessions_sandbox_slot_live" && try < 10 {
+			continue
+		}
+		return err
+	}
 }
 
 // base is the commit a new session starts from, and the repository holding
@@ -276,7 +298,7 @@ func (s *Service) end(ctx context.Context, cs *models.CodeSession, reason string
 		return err
 	}
 	for _, c := range s.cleaners {
-		if err := c.EndSession(ctx, cs.ID); err != nil {
+		if err := c.EndSession(ctx, cs); err != nil {
 			return fmt.Errorf("editsession: end %s: %w", cs.ID, err)
 		}
 	}

@@ -59,9 +59,13 @@ func (s *Service) Maintain(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	live, err := s.db.UnfinishedSessionIDs(ctx)
+	unfinished, err := s.db.UnfinishedSessions(ctx)
 	if err != nil {
 		return err
+	}
+	live := map[string]bool{}
+	for _, cs := range unfinished {
+		live[cs.ID] = true
 	}
 	var errs []error
 	for _, name := range names {
@@ -104,6 +108,8 @@ func (s *Service) Run(ctx context.Context) {
 	defer sweep.Stop()
 	maintain := time.NewTicker(MaintainEvery)
 	defer maintain.Stop()
+	checkouts := time.NewTicker(checkoutIdle / 4)
+	defer checkouts.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -114,6 +120,8 @@ func (s *Service) Run(ctx context.Context) {
 			} else if n > 0 {
 				s.log.Info("overdue sessions ended", "count", n)
 			}
+		case <-checkouts.C:
+			s.dropIdleCheckouts(ctx)
 		case <-maintain.C:
 			if err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("session maintenance failed", "err", err)

@@ -195,6 +195,7 @@ type runOpts struct {
 	dir      string    // without repo: the working directory; discovery stops there
 	env      []string  // added to the fixed environment
 	stdin    io.Reader // default: empty
+	stdout   io.Writer // streams stdout here instead of returning it (no MaxOutput limit)
 	// protocols is GIT_ALLOW_PROTOCOL. Empty allows no transport at all, so
 	// a repository's config (a promisor remote, say) cannot make a read
 	// reach out to the network or run a helper.
@@ -283,6 +284,9 @@ func (s *Service) run(ctx context.Context, c *command, o runOpts) ([]byte, error
 	stdout := &limitBuffer{max: s.maxOutput, overflow: cancel}
 	stderr := &tailBuffer{max: stderrLimit}
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = stdout, stderr, o.stdin
+	if o.stdout != nil {
+		cmd.Stdout = o.stdout
+	}
 
 	start := time.Now()
 	err := cmd.Run()

@@ -112,7 +112,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gitsvc: root: %w", err)
 	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("gitsvc: root: %w", err)
 	}
 	// Lock keys are real paths; resolve the root once so canonical

@@ -10,6 +10,8 @@ import (
 
 	"atelier/auth"
 	"atelier/editsession"
+	"atelier/meter"
+	"atelier/models"
 	"atelier/projects"
 	"atelier/views"
 )
@@ -259,4 +261,50 @@ func precondition(c *gin.Context) editsession.Precondition {
 // base is the URL prefix of the session.
 func base(sess *editsession.Session) string {
 	return fmt.Sprintf("/projects/%d/sessions/%s", sess.ProjectID, sess.ID)
+}
+
+type commandView struct {
+	Result *editsession.CommandResult
+	Folder string
+	Cmd    string
+}
+
+func (v commandView) JSON() any { return v.Result }
+
+// RunCommand runs a one-shot command in the session's sandbox. The page
+// then refreshes the tree, the changes and the history, since the command
+// may have changed files.
+func (h *EditSessions) RunCommand(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	cmd, folder := c.PostForm("command"), c.PostForm("folder")
+	res, err := h.Sessions.RunCommand(c.Request.Context(), sess, cmd, folder)
+	if err != nil {
+		return err
+	}
+	c.Header("HX-Trigger", "refresh")
+	return h.Render.Render(c, http.StatusOK, "partials/command_result", commandView{Result: res, Folder: folder, Cmd: cmd})
+}
+
+type historyView struct {
+	Commands []models.SessionCommand
+	Usage    meter.Usage
+}
+
+func (v historyView) JSON() any { return gin.H{"commands": v.Commands, "usage": v.Usage} }
+
+// History lists the session's recent commands and the project's sandbox
+// time this month.
+func (h *EditSessions) History(c *gin.Context) error {
+	sess, err := h.session(c, false)
+	if err != nil {
+		return err
+	}
+	cmds, usage, err := h.Sessions.History(c.Request.Context(), sess)
+	if err != nil {
+		return err
+	}
+	return h.Render.Render(c, http.StatusOK, "partials/command_history", historyView{Commands: cmds, Usage: usage})
 }

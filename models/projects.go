@@ -32,6 +32,7 @@ type Project struct {
 	WorkspacePath    *string    `json:"workspacePath" gorm:"check:projects_workspace_path_matches_mode,(workspace_mode = 'local') = (workspace_path IS NOT NULL)"`
 	Status           string     `json:"status" gorm:"default:active"`
 	CanonicalCommit  *string    `json:"canonicalCommit"`
+	SandboxNetwork   string     `json:"sandboxNetwork" gorm:"default:deny"`
 	CreatedBy        *int64     `json:"createdBy"`
 	CreatedAt        time.Time  `json:"createdAt"`
 	ArchivedAt       *time.Time `json:"archivedAt"`

@@ -27,6 +27,8 @@ type CodeSession struct {
 	OpenedAt    time.Time  `json:"openedAt"`
 	LastSeenAt  time.Time  `json:"lastSeenAt"`
 	ClosedAt    *time.Time `json:"closedAt,omitempty"`
+	// SandboxSlot picks the session's uid within the configured range.
+	SandboxSlot *int32 `json:"-"`
 }
 
 // SessionFile is one changed path of a session: its content, or a deletion.
@@ -144,19 +146,6 @@ func (s *Store) UnfinishedSessionsOf(ctx context.Context, projectID int64) ([]Co
 	return css, nil
 }
 
-// UnfinishedSessionIDs returns the ids of every open or ending session.
-func (s *Store) UnfinishedSessionIDs(ctx context.Context) (map[string]bool, error) {
-	var ids []string
-	if err := s.db.WithContext(ctx).Model(&CodeSession{}).Where("state <> ?", SessionClosed).Pluck("id", &ids).Error; err != nil {
-		return nil, fmt.Errorf("models: unfinished sessions: %w", err)
-	}
-	set := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		set[id] = true
-	}
-	return set, nil
-}
-
 // SessionFiles returns every changed path of the session, by path.
 func (s *Store) SessionFiles(ctx context.Context, sessionID string) ([]SessionFile, error) {
 	var fs []SessionFile
@@ -230,4 +219,45 @@ func (s *Store) EventsOf(ctx context.Context, projectID int64, typ string) ([]Ev
 		return nil, fmt.Errorf("models: events: %w", err)
 	}
 	return es, nil
+}
+
+// SessionCommand is one audited command: never its output.
+type SessionCommand struct {
+	ID         int64     `json:"id"`
+	SessionID  string    `json:"-"`
+	Command    string    `json:"command"`
+	Folder     string    `json:"folder"`
+	ExitCode   int       `json:"exitCode"`
+	DurationMS int64     `json:"durationMs" gorm:"column:duration_ms"`
+	StartedAt  time.Time `json:"startedAt"`
+}
+
+// TableName maps SessionCommand to code_session_commands.
+func (SessionCommand) TableName() string { return "code_session_commands" }
+
+// AddSessionCommand appends to the audit.
+func (s *Store) AddSessionCommand(ctx context.Context, c *SessionCommand) error {
+	if err := s.db.WithContext(ctx).Create(c).Error; err != nil {
+		return fmt.Errorf("models: audit command of %s: %w", c.SessionID, translate(err))
+	}
+	return nil
+}
+
+// SessionCommands returns the session's latest commands, newest first.
+func (s *Store) SessionCommands(ctx context.Context, sessionID string, limit int) ([]SessionCommand, error) {
+	var cs []SessionCommand
+	err := s.db.WithContext(ctx).Where("session_id = ?", sessionID).Order("id DESC").Limit(limit).Find(&cs).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: commands of %s: %w", sessionID, err)
+	}
+	return cs, nil
+}
+
+// UnfinishedSessions lists every open or ending session.
+func (s *Store) UnfinishedSessions(ctx context.Context) ([]CodeSession, error) {
+	var css []CodeSession
+	if err := s.db.WithContext(ctx).Where("state <> ?", SessionClosed).Find(&css).Error; err != nil {
+		return nil, fmt.Errorf("models: unfinished sessions: %w", err)
+	}
+	return css, nil
 }

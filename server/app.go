@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -17,8 +19,10 @@ import (
 	"atelier/events"
 	"atelier/gitsvc"
 	"atelier/handlers"
+	"atelier/meter"
 	"atelier/models"
 	"atelier/projects"
+	"atelier/sandbox"
 	"atelier/storage"
 	"atelier/storage/codestore"
 	"atelier/views"
@@ -32,6 +36,10 @@ type App struct {
 	Projects *projects.Service
 	Sessions *editsession.Service
 	Events   *events.Recorder
+	Meter    *meter.Meter
+	Sandbox  *sandbox.Sandbox
+	// Instance names this server process in leases and reservations.
+	Instance string
 
 	log      *slog.Logger
 	adapter  handlers.Adapter
@@ -45,6 +53,14 @@ type App struct {
 	edit     *handlers.EditSessions
 
 	maxImportBytes int64
+}
+
+// newInstanceID names this process: a restarted server is a new instance,
+// so what the old one held (reservations, terminals) can be told apart.
+func newInstanceID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // cachedTrees is how many parsed tree objects stay in memory (a few KiB each).
@@ -94,14 +110,29 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	}
 	projectSvc := projects.NewService(store, ws, git, codeStore, now, log)
 	codeSvc := code.NewService(cfg.ScratchDir(), ws, git, codeStore, store, log)
+	warnUnreachable(log, cfg.WorkspacesRoot, cfg.SandboxDir())
 	recorder := events.New(store, log)
 	sessionSvc := editsession.New(store, git, codeStore, ws, recorder, cfg.Sessions, now, log)
 	projectSvc.SetSessionEnder(sessionSvc)
+	cfg.Sandbox.Log = log
+	box, err := sandbox.New(cfg.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	usage := meter.New(store, cfg.SandboxCap, now)
+	instance := newInstanceID()
+	sessionSvc.SetSandboxes(&editsession.Sandboxes{
+		Box: box, Meter: usage, LocalArea: cfg.SandboxDir(),
+		UIDBase: cfg.Sandbox.UIDBase, UIDCount: cfg.Sandbox.UIDCount, Instance: instance,
+	})
 	a := &App{
 		Auth:     authSvc,
 		Projects: projectSvc,
 		Sessions: sessionSvc,
 		Events:   recorder,
+		Meter:    usage,
+		Sandbox:  box,
+		Instance: instance,
 		log:      log,
 		adapter:  handlers.Adapter{Render: render, Log: log},
 		cookies:  auth.Cookies{AlwaysSecure: cfg.SecureCookies},
@@ -148,4 +179,20 @@ func (a *App) logRequests(c *gin.Context) {
 	c.Next()
 	a.log.Debug("request", "method", c.Request.Method, "path", c.Request.URL.Path,
 		"status", c.Writer.Status(), "duration", time.Since(start))
+}
+
+// warnUnreachable logs each folder above dirs that other users cannot pass
+// through: sessions' users must reach their checkouts below them, and their
+// commands fail until the folder is searchable (o+x).
+func warnUnreachable(log *slog.Logger, dirs ...string) {
+	for _, dir := range dirs {
+		for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+				log.Warn("sandboxed commands cannot reach their checkouts: a folder on the way is not searchable by other users (chmod o+x)", "folder", d)
+			}
+			if d == filepath.Dir(d) {
+				break
+			}
+		}
+	}
 }

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"atelier/editsession"
+	"atelier/meter"
 	"atelier/models"
+	"atelier/sandbox"
 	"atelier/storage"
 )
 
@@ -25,6 +27,8 @@ type Config struct {
 	S3             storage.S3Config   // ATELIER_S3_*; empty Endpoint keeps objects in <data>/objects
 	MaxImportBytes int64              // ATELIER_IMPORT_MAX_BYTES: largest archive an import accepts
 	Sessions       editsession.Config // CODE_SESSION_IDLE_MS, CODE_SESSION_MAX_MS
+	Sandbox        sandbox.Config     // ATELIER_SANDBOX_UID_BASE, ATELIER_SANDBOX_UID_COUNT
+	SandboxCap     int64              // SANDBOX_MONTHLY_SECONDS: each project's default monthly cap
 }
 
 // LoadConfig reads the configuration through getenv (os.Getenv in main).
@@ -79,6 +83,24 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 		cfg.MaxImportBytes = n
 	}
+	cfg.Sandbox = sandbox.Config{UIDBase: sandbox.DefaultUIDBase, UIDCount: sandbox.DefaultUIDCount}
+	cfg.SandboxCap = meter.DefaultCap
+	for _, v := range []struct {
+		name string
+		set  func(uint64)
+	}{
+		{"ATELIER_SANDBOX_UID_BASE", func(n uint64) { cfg.Sandbox.UIDBase = uint32(n) }},
+		{"ATELIER_SANDBOX_UID_COUNT", func(n uint64) { cfg.Sandbox.UIDCount = uint32(n) }},
+		{"SANDBOX_MONTHLY_SECONDS", func(n uint64) { cfg.SandboxCap = int64(n) }},
+	} {
+		if raw := getenv(v.name); raw != "" {
+			n, err := strconv.ParseUint(raw, 10, 32)
+			if err != nil {
+				return cfg, fmt.Errorf("config: %s must be a whole number, got %q", v.name, raw)
+			}
+			v.set(n)
+		}
+	}
 	cfg.Sessions = editsession.DefaultConfig
 	for name, d := range map[string]*time.Duration{"CODE_SESSION_IDLE_MS": &cfg.Sessions.Idle, "CODE_SESSION_MAX_MS": &cfg.Sessions.MaxAge} {
 		if v := getenv(name); v != "" {
@@ -100,6 +122,10 @@ func (c Config) GitDir() string { return filepath.Join(c.DataDir, "git") }
 
 // ObjectsDir is the local object store, used when no S3 endpoint is set.
 func (c Config) ObjectsDir() string { return filepath.Join(c.DataDir, "objects") }
+
+// SandboxDir holds the execution areas of Local projects (a Container
+// project's is its managed folder).
+func (c Config) SandboxDir() string { return filepath.Join(c.DataDir, "sandboxes") }
 
 // ScratchDir holds short-lived work such as unpacked imports; it is on the
 // data dir's filesystem so nothing large lands in a small /tmp.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math/rand/v2"
 	"context"
 	"encoding/json"
 	"io"
@@ -21,9 +22,13 @@ import (
 	"atelier/internal/dbtest"
 	"atelier/models"
 	"atelier/pgembed/pgtest"
+	"atelier/sandbox"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	sandbox.Init()
+	pgtest.Main(m)
+}
 
 // harness is a real Atelier over a fresh database, served over real HTTP.
 type harness struct {
@@ -57,6 +62,13 @@ func (c *clock) Advance(d time.Duration) {
 func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	t.Helper()
 	base := t.TempDir()
+	// Sessions' users must pass through to their checkouts in the data
+	// dir; t.TempDir makes its folders 0700.
+	for _, dir := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cfg, err := LoadConfig(func(key string) string {
 		switch key {
 		case "ATELIER_DATA":
@@ -67,6 +79,10 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Sessions' uids: a block of their own per harness, away from the
+	// sandbox package's tests, so parallel test binaries never meet.
+	cfg.Sandbox.UIDBase = 4_000_000_000 + uint32(rand.N(250))*1_000_000
+	cfg.Sandbox.UIDCount = 1_000_000
 	for _, f := range tweak {
 		f(&cfg)
 	}
@@ -74,7 +90,12 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 		t.Fatal(err)
 	}
 	store := dbtest.Store(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// ATELIER_TEST_LOG=1 shows the server's log, for a failing test.
+	var logOut io.Writer = io.Discard
+	if os.Getenv("ATELIER_TEST_LOG") != "" {
+		logOut = os.Stderr
+	}
+	log := slog.New(slog.NewTextHandler(logOut, nil))
 	clk := &clock{now: time.Now()}
 	app, err := New(context.Background(), cfg, store, log, clk.Now)
 	if err != nil {

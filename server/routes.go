@@ -56,6 +56,8 @@ func (a *App) routes() http.Handler {
 	session.GET("/diff", h(a.edit.Diff))
 	session.POST("/discard", h(a.edit.Discard))
 	session.POST("/keepalive", h(a.edit.Keepalive))
+	session.POST("/commands", h(a.edit.RunCommand))
+	session.GET("/commands", h(a.edit.History))
 
 	admin := in.Group("/admin", h(auth.RequireSiteAdmin))
 	admin.GET("/users", h(a.users.List))

@@ -83,6 +83,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	if err != nil {
 		return err
 	}
+	defer app.Sandbox.Close()
+	// What a previous process of this server left running or reserved.
+	if n, err := app.Meter.SettleAbandoned(ctx, app.Instance); err != nil {
+		return err
+	} else if n > 0 {
+		log.Info("sandbox reservations of a previous run settled", "count", n)
+	}
+	if err := app.Sessions.KillLeftovers(ctx); err != nil {
+		log.Warn("processes of a previous run not all killed", "err", err)
+	}
 	created, password, err := app.Auth.EnsureFirstAdmin(ctx, cfg.AdminPassword)
 	if err != nil {
 		return err

@@ -15,8 +15,10 @@ import (
 	"atelier/code"
 	"atelier/editsession"
 	"atelier/gitsvc"
+	"atelier/meter"
 	"atelier/models"
 	"atelier/projects"
+	"atelier/sandbox"
 	"atelier/storage/codestore"
 	"atelier/workspace"
 )
@@ -89,6 +91,10 @@ var problems = []struct {
 	{editsession.ErrTooManyPaths, http.StatusConflict, "too_many_paths", "", false},
 	{editsession.ErrStale, http.StatusPreconditionFailed, "stale", "", false},
 	{editsession.ErrNoBase, http.StatusConflict, "no_base", "", false},
+	{editsession.ErrNoSandbox, http.StatusConflict, "no_sandbox", "", false},
+	{editsession.ErrEmptyCommand, http.StatusBadRequest, "empty_command", "", false},
+	{meter.ErrCap, http.StatusTooManyRequests, "sandbox_cap", "The project has used its sandbox time for this month; editing still works, commands are off until next month.", false},
+	{sandbox.ErrNetworkUnenforceable, http.StatusServiceUnavailable, "network_unenforceable", "The server cannot cut this project's sandbox off the network here, so it does not run commands; an administrator can allow the network for the project or give the server CAP_SYS_ADMIN.", false},
 	{models.ErrNotFound, http.StatusNotFound, "not_found", "Not found.", false},
 }
 

@@ -81,6 +81,14 @@ var funcs = template.FuncMap{
 		return dir + "/" + name
 	},
 	"bytes": humanBytes,
+	// percent is used/whole in whole percent.
+	"percent": func(used, whole int64) int64 {
+		if whole <= 0 {
+			return 100
+		}
+		return used * 100 / whole
+	},
+	"minutes": func(seconds int64) int64 { return seconds / 60 },
 	// lines splits text into its lines.
 	"lines": func(s string) []string { return strings.Split(strings.TrimSuffix(s, "\n"), "\n") },
 	// diffClass colours a line of a unified diff.

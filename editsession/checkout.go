@@ -1,0 +1,432 @@
+package editsession
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"atelier/gitsvc"
+	"atelier/models"
+	"atelier/workspace"
+)
+
+// checkoutIdle is how long a checkout stays after its last command; the
+// next command rebuilds it from the fork and the edits (ADR 0029).
+const checkoutIdle = 2 * time.Minute
+
+// checkout is where a session's commands run: the base tree with the
+// session's edits on top, owned by the session's user.
+type checkout struct {
+	dir, home string
+	uid, gid  uint32
+	// diverged are the paths that differ from the base in dir, as of the
+	// last sync or capture; the next sync touches only these and the edits.
+	diverged map[string]bool
+	lastUsed time.Time
+}
+
+// checkouts tracks the live checkouts of this instance, one command at a
+// time per session.
+type checkouts struct {
+	mu    sync.Mutex
+	live  map[string]*checkout
+	locks map[string]*sync.Mutex
+}
+
+func newCheckouts() *checkouts {
+	return &checkouts{live: map[string]*checkout{}, locks: map[string]*sync.Mutex{}}
+}
+
+// lock serialises the commands of one session.
+func (c *checkouts) lock(id string) func() {
+	c.mu.Lock()
+	l, ok := c.locks[id]
+	if !ok {
+		l = &sync.Mutex{}
+		c.locks[id] = l
+	}
+	c.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// gitBlobID is git's name for content as a blob, to compare a file with the
+// base without reading the base.
+func gitBlobID(content []byte) string {
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", len(content))
+	h.Write(content)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// baseEntries is the base tree: path → entry, for blobs, links and
+// submodules.
+func (s *Service) baseEntries(ctx context.Context, sess *Session) (map[string]gitsvc.Entry, error) {
+	_, all, err := s.git.ListAll(ctx, sess.Source.Repo, sess.BaseCommit)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]gitsvc.Entry, len(all))
+	for _, e := range all {
+		if e.Type != "tree" {
+			m[e.Path] = e
+		}
+	}
+	return m, nil
+}
+
+// build makes a fresh checkout: the base exported by git, the edits written
+// on top, everything owned by the session's user, the top folder 0700.
+func (s *Service) build(ctx context.Context, sess *Session, co *checkout) error {
+	if err := os.RemoveAll(co.dir); err != nil {
+		return err
+	}
+	if err := os.Mkdir(co.dir, 0o700); err != nil {
+		return fmt.Errorf("editsession: checkout: %w", err)
+	}
+	if err := s.git.Export(ctx, sess.Source.Repo, sess.BaseCommit, co.dir); err != nil {
+		return err
+	}
+	co.diverged = map[string]bool{}
+	if err := s.sync(ctx, sess, co); err != nil {
+		return err
+	}
+	return chownTree(co.dir, co.uid, co.gid)
+}
+
+// sync brings the paths that may differ from the base to the session's
+// view: its edits, and the base again where an edit went away.
+func (s *Service) sync(ctx context.Context, sess *Session, co *checkout) error {
+	edits, err := s.db.SessionFiles(ctx, sess.ID)
+	if err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(co.dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	want := map[string]*models.SessionFile{}
+	for i := range edits {
+		want[edits[i].Path] = &edits[i]
+	}
+	for p := range co.diverged {
+		if _, ok := want[p]; !ok {
+			want[p] = nil // back to the base
+		}
+	}
+	for p, e := range want {
+		var content []byte
+		exists := true
+		switch {
+		case e == nil:
+			if content, exists, err = s.baseFile(ctx, sess, p); err != nil {
+				return err
+			}
+		case e.Deleted:
+			exists = false
+		default:
+			content = e.Content
+		}
+		if err := replaceFile(root, p, content, exists, co.uid, co.gid); err != nil {
+			return fmt.Errorf("editsession: checkout %s: %w", p, err)
+		}
+	}
+	co.diverged = map[string]bool{}
+	for _, e := range edits {
+		co.diverged[e.Path] = true
+	}
+	return nil
+}
+
+// replaceFile removes whatever is at p (never following a link the
+// session's user may have left there) and, when exists, writes content.
+func replaceFile(root *os.Root, p string, content []byte, exists bool, uid, gid uint32) error {
+	if err := root.RemoveAll(p); err != nil {
+		return err
+	}
+	if !exists {
+		return nil
+	}
+	if dir := path.Dir(p); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	f, err := root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Lchown(p, int(uid), int(gid))
+	}
+	return err
+}
+
+// chownTree gives a freshly built tree to the session's user, without
+// following links.
+func chownTree(dir string, uid, gid uint32) error {
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(uid), int(gid))
+	})
+}
+
+// captured is one entry of the checkout after a command.
+type captured struct {
+	kind    int // textFile, linkFile or leftOut
+	content []byte
+	link    string
+}
+
+const (
+	textFile = iota
+	linkFile
+	leftOut // present, but cannot be an edit; a note says why
+)
+
+// capture turns every difference between the checkout and the session's
+// view into an edit, after every process of the session is gone. What
+// cannot be an edit stays out, and a note says so.
+func (s *Service) capture(ctx context.Context, sess *Session, co *checkout) ([]string, error) {
+	base, err := s.baseEntries(ctx, sess)
+	if err != nil {
+		return nil, err
+	}
+	files, notes, err := walkCheckout(co.dir, base)
+	if err != nil {
+		return nil, err
+	}
+	err = s.inSession(ctx, sess, func(tx *models.Store) error {
+		edits, err := tx.SessionFiles(ctx, sess.ID)
+		if err != nil {
+			return err
+		}
+		edited := map[string]*models.SessionFile{}
+		for i := range edits {
+			edited[edits[i].Path] = &edits[i]
+		}
+		count := len(edits)
+		// record stores what p now is (nil and deleted: gone), or forgets
+		// the edit when that equals the base.
+		record := func(p string, content []byte, deleted, equalsBase bool) error {
+			_, had := edited[p]
+			if equalsBase {
+				if !had {
+					return nil
+				}
+				count--
+				return tx.DeleteSessionFile(ctx, sess.ID, p)
+			}
+			if !had {
+				if count >= MaxPaths {
+					notes = append(notes, fmt.Sprintf("%s: left out, the session already changes %d paths", p, MaxPaths))
+					return nil
+				}
+				count++
+			}
+			return tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: p, Content: content, Deleted: deleted, UpdatedAt: s.now()})
+		}
+
+		paths := make([]string, 0, len(files))
+		for p := range files {
+			paths = append(paths, p)
+		}
+		sort.Strings(paths)
+		for _, p := range paths {
+			f := files[p]
+			b, inBase := base[p]
+			switch f.kind {
+			case leftOut:
+				continue
+			case linkFile:
+				if !inBase || b.Mode != "120000" || gitBlobID([]byte(f.link)) != b.SHA {
+					notes = append(notes, p+": left out, a symbolic link is not an edit")
+				}
+				continue
+			}
+			equalsBase := inBase && b.Type == "blob" && b.Mode != "120000" && gitBlobID(f.content) == b.SHA
+			e, had := edited[p]
+			if had && !e.Deleted && bytes.Equal(e.Content, f.content) || !had && equalsBase {
+				continue // as the session already sees it
+			}
+			if err := record(p, nonNil(f.content), false, equalsBase); err != nil {
+				return err
+			}
+		}
+		// What the view has and the checkout lost was deleted.
+		for p, b := range base {
+			if _, present := files[p]; present || b.Type != "blob" || underLeftOut(p, notes) {
+				continue
+			}
+			if e, had := edited[p]; had && e.Deleted {
+				continue
+			}
+			if err := record(p, nil, true, false); err != nil {
+				return err
+			}
+		}
+		for p, e := range edited {
+			if _, present := files[p]; present || e.Deleted {
+				continue
+			}
+			if _, inBase := base[p]; !inBase { // an added file, gone again
+				if err := record(p, nil, true, true); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return notes, s.markDiverged(ctx, sess, co)
+}
+
+// underLeftOut reports a base path inside a folder the walk left out (an
+// invalid name); its absence is not a deletion.
+func underLeftOut(p string, notes []string) bool {
+	for _, n := range notes {
+		if dir, found := strings.CutSuffix(n, ": left out, not a valid path"); found && strings.HasPrefix(p, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Service) markDiverged(ctx context.Context, sess *Session, co *checkout) error {
+	edits, err := s.db.SessionFiles(ctx, sess.ID)
+	if err != nil {
+		return err
+	}
+	co.diverged = map[string]bool{}
+	for _, e := range edits {
+		co.diverged[e.Path] = true
+	}
+	return nil
+}
+
+// walkCheckout reads every regular file of dir through an os.Root, never
+// following a link and never blocking on a special file, and says what it
+// left out.
+func walkCheckout(dir string, base map[string]gitsvc.Entry) (map[string]captured, []string, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer root.Close()
+	files := map[string]captured{}
+	var notes []string
+	var walk func(rel string) error
+	walk = func(rel string) error {
+		name := rel
+		if name == "" {
+			name = "."
+		}
+		d, err := root.Open(name)
+		if err != nil {
+			return err
+		}
+		entries, err := d.ReadDir(-1)
+		d.Close()
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			p := e.Name()
+			if rel != "" {
+				p = rel + "/" + p
+			}
+			if err := workspace.CheckRelPath(p); err != nil {
+				notes = append(notes, p+": left out, not a valid path")
+				continue
+			}
+			switch t := e.Type(); {
+			case t.IsDir():
+				if b, ok := base[p]; ok && b.Type == "commit" {
+					continue // a submodule's folder
+				}
+				if err := walk(p); err != nil {
+					return err
+				}
+			case t&fs.ModeSymlink != 0:
+				target, err := root.Readlink(p)
+				if err != nil {
+					return err
+				}
+				files[p] = captured{kind: linkFile, link: target}
+			case t.IsRegular():
+				content, note, err := readRegular(root, p)
+				if err != nil {
+					return err
+				}
+				if note != "" {
+					notes = append(notes, p+": left out, "+note)
+					files[p] = captured{kind: leftOut}
+					continue
+				}
+				files[p] = captured{kind: textFile, content: content}
+			default:
+				notes = append(notes, p+": left out, not a regular file")
+				files[p] = captured{kind: leftOut}
+			}
+		}
+		return nil
+	}
+	if err := walk(""); err != nil {
+		return nil, nil, err
+	}
+	return files, notes, nil
+}
+
+// readRegular reads a file of at most MaxFileBytes that is text, or says why
+// it is not an edit.
+func readRegular(root *os.Root, p string) ([]byte, string, error) {
+	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, "not a regular file", nil
+	}
+	if fi.Size() > MaxFileBytes {
+		return nil, "larger than " + strconv.Itoa(MaxFileBytes/1024) + " KiB", nil
+	}
+	content, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, "", err
+	}
+	if len(content) > MaxFileBytes {
+		return nil, "larger than " + strconv.Itoa(MaxFileBytes/1024) + " KiB", nil
+	}
+	if bytes.IndexByte(content, 0) >= 0 {
+		return nil, "a binary file", nil
+	}
+	return content, "", nil
+}
+

@@ -1,0 +1,222 @@
+package server
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"atelier/editsession"
+	"atelier/models"
+)
+
+type commandJSON struct {
+	ExitCode        int      `json:"exitCode"`
+	Stdout          string   `json:"stdout"`
+	Stderr          string   `json:"stderr"`
+	StdoutTruncated bool     `json:"stdoutTruncated"`
+	StderrTruncated bool     `json:"stderrTruncated"`
+	DurationMS      int64    `json:"durationMs"`
+	Notes           []string `json:"notes"`
+}
+
+func (c *client) run(base, command, folder string) (commandJSON, *http.Response) {
+	c.h.t.Helper()
+	res := c.post(base+"/commands", url.Values{"command": {command}, "folder": {folder}}, jsonAccept)
+	if res.StatusCode != http.StatusOK {
+		return commandJSON{}, res
+	}
+	return decode[commandJSON](c.h.t, res), res
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("precondition: sandboxed commands switch users, which needs root (CI runs as root)")
+	}
+}
+
+func TestCommandsBecomeEdits(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	s, _ := owner.openSession(id)
+	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	// An edit saved in the editor is in the checkout.
+	owner.put(base, "from-editor.txt", []byte("typed\n"), nil)
+
+	out, res := owner.run(base, "cat from-editor.txt; pwd; id -u; echo oops >&2; exit 3", "")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("run: %d %s", res.StatusCode, readBody(res))
+	}
+	lines := strings.Split(strings.TrimSpace(out.Stdout), "\n")
+	if out.ExitCode != 3 || len(lines) != 3 || lines[0] != "typed" || !strings.HasSuffix(lines[1], "/edit-"+strings.TrimPrefix(s.ID, "edit_")) || out.Stderr != "oops\n" {
+		t.Fatalf("result %+v", out)
+	}
+	uid, _ := strconv.ParseUint(lines[2], 10, 32)
+	if uid < uint64(h.cfg.Sandbox.UIDBase) || uid >= uint64(h.cfg.Sandbox.UIDBase)+uint64(h.cfg.Sandbox.UIDCount) {
+		t.Fatalf("ran as uid %d, outside the session range", uid)
+	}
+
+	// What the command changes becomes edits; what cannot, stays out with a note.
+	out, _ = owner.run(base, `echo new > added.txt
+echo changed > README.md
+rm src/old.txt
+head -c 300000 /dev/zero | tr '\0' a > big.txt
+printf 'a\0b' > bin.dat
+mkdir -p deep/er && printf 'no newline' > deep/er/f.txt
+ln -s README.md link`, "")
+	if out.ExitCode != 0 {
+		t.Fatalf("second command %+v", out)
+	}
+	changes := map[string]string{}
+	for _, c := range decode[[]editsession.Change](t, owner.get(base+"/changes", jsonAccept)) {
+		changes[c.Path] = c.Status
+	}
+	want := map[string]string{"from-editor.txt": "added", "added.txt": "added", "README.md": "modified", "src/old.txt": "deleted", "deep/er/f.txt": "added"}
+	if len(changes) != len(want) {
+		t.Fatalf("changes %v, want %v", changes, want)
+	}
+	for p, st := range want {
+		if changes[p] != st {
+			t.Fatalf("changes %v, want %v", changes, want)
+		}
+	}
+	notes := strings.Join(out.Notes, "\n")
+	for _, left := range []string{"big.txt", "bin.dat", "link"} {
+		if !strings.Contains(notes, left) || !strings.Contains(out.Stderr, left) {
+			t.Fatalf("no note for %s: notes %q stderr %q", left, out.Notes, out.Stderr)
+		}
+	}
+	if got, _, _ := owner.read(base, "deep/er/f.txt"); got != "no newline" {
+		t.Fatalf("captured bytes %q", got)
+	}
+	// Undoing a change in a command forgets the edit.
+	owner.run(base, "echo '# Base' > README.md", "")
+	for _, c := range decode[[]editsession.Change](t, owner.get(base+"/changes", jsonAccept)) {
+		if c.Path == "README.md" {
+			t.Fatal("README.md is back to the base but still an edit")
+		}
+	}
+
+	// The audit has the commands, never their output.
+	cmds, err := h.store.SessionCommands(context.Background(), s.ID, 10)
+	if err != nil || len(cmds) != 3 || cmds[2].ExitCode != 3 || !strings.Contains(cmds[2].Command, "cat from-editor.txt") {
+		t.Fatalf("audit %+v %v", cmds, err)
+	}
+
+	// A folder runs the command there; a bad folder is refused.
+	if out, _ := owner.run(base, "pwd", "src"); !strings.HasSuffix(strings.TrimSpace(out.Stdout), "/src") {
+		t.Fatalf("folder: %+v", out)
+	}
+	if _, res := owner.run(base, "pwd", "../.."); res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("bad folder: %d", res.StatusCode)
+	}
+}
+
+// The session's user reaches nothing of the server: not its data, not its
+// port, not the other session's checkout.
+func TestCommandsAreConfined(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	other := h.user("other", false)
+	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"other"}, "role": {"admin"}})
+	s, _ := owner.openSession(id)
+	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	t2, _ := other.openSession(id)
+	otherBase := "/projects/" + itoa(id) + "/sessions/" + t2.ID
+	other.run(otherBase, "echo secret > mine.txt", "")
+
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(h.srv.URL, "http://"))
+	otherCheckout := filepath.Join(filepath.Dir(h.cfg.WorkspacesRoot), "workspaces", "edit-me", "edit-"+strings.TrimPrefix(t2.ID, "edit_"))
+	script := strings.Join([]string{
+		"env | sort",
+		"ls " + h.cfg.DataDir + " && echo DATA-LISTED",
+		"cat " + filepath.Join(otherCheckout, "mine.txt") + " && echo OTHER-READ",
+		"(exec 3<>/dev/tcp/127.0.0.1/" + port + ") 2>/dev/null && echo SERVER-REACHED",
+		"cat /proc/1/environ >/dev/null && echo PID1-READ",
+		"true",
+	}, "\n")
+	out, res := owner.run(base, script, "")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("run: %d %s", res.StatusCode, readBody(res))
+	}
+	for _, leak := range []string{"DATA-LISTED", "OTHER-READ", "SERVER-REACHED", "PID1-READ", "DATABASE_URL", "ATELIER"} {
+		if strings.Contains(out.Stdout, leak) {
+			t.Fatalf("%s:\n%s", leak, out.Stdout)
+		}
+	}
+	envLines := strings.Split(strings.TrimSpace(strings.Split(out.Stdout, "\n"+"ls")[0]), "\n")
+	for _, l := range envLines {
+		name, _, _ := strings.Cut(l, "=")
+		switch name {
+		case "HOME", "LANG", "PATH", "TERM", "PWD", "SHLVL", "_":
+		default:
+			if strings.Contains(l, "=") {
+				t.Fatalf("unexpected variable %q in %q", l, out.Stdout)
+			}
+		}
+	}
+}
+
+// The meter: a command is refused at the cap with 429 sandbox_cap, while
+// editing goes on; a run is charged its time plus the tail.
+func TestCommandsAreMetered(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	s, _ := owner.openSession(id)
+	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	if out, _ := owner.run(base, "true", ""); out.ExitCode != 0 {
+		t.Fatal("first command failed")
+	}
+	hist := decode[struct {
+		Commands []models.SessionCommand
+		Usage    struct{ Used, Reserved, Cap int64 }
+	}](t, owner.get(base+"/commands", jsonAccept))
+	if hist.Usage.Used < 120 || hist.Usage.Used > 130 || hist.Usage.Reserved != 0 || hist.Usage.Cap != h.cfg.SandboxCap || len(hist.Commands) != 1 {
+		t.Fatalf("after one quick command: %+v", hist)
+	}
+	// Cap the project at what it used: the next command is refused.
+	if err := h.store.Exec(context.Background(), "UPDATE projects SET sandbox_monthly_seconds = ? WHERE id = ?", hist.Usage.Used+20, id); err != nil {
+		t.Fatal(err)
+	}
+	_, res := owner.run(base, "true", "")
+	expectProblem(t, res, http.StatusTooManyRequests, "sandbox_cap")
+	if res := owner.put(base, "still.txt", []byte("editing works\n"), nil); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("editing at the cap: %d", res.StatusCode)
+	}
+	page := readBody(owner.get(base+"/commands", header{"HX-Request": "true"}))
+	if !strings.Contains(page, `class="meter warn"`) {
+		t.Fatalf("no warning near the cap:\n%s", page)
+	}
+}
+
+// Ending a session kills its processes and removes its checkout and home.
+func TestEndingRemovesTheSandbox(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	s, _ := owner.openSession(id)
+	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	out, _ := owner.run(base, "pwd", "")
+	checkout := strings.TrimSpace(out.Stdout)
+	if _, err := os.Stat(checkout); err != nil {
+		t.Fatalf("checkout: %v", err)
+	}
+	if fi, _ := os.Stat(checkout); fi.Mode().Perm() != 0o700 {
+		t.Fatalf("checkout mode %v", fi.Mode())
+	}
+	owner.post(base+"/discard", nil, jsonAccept)
+	for _, dir := range []string{checkout, strings.Replace(checkout, "/edit-", "/home-", 1)} {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Fatalf("%s survived the end: %v", dir, err)
+		}
+	}
+}
