@@ -193,9 +193,9 @@ func (s *Service) checkoutFor(ctx context.Context, sess *Session, uid uint32) (*
 	return co, nil
 }
 
-// dropIdleCheckouts removes checkouts unused for checkoutIdle; the next
-// command rebuilds them.
-func (s *Service) dropIdleCheckouts(ctx context.Context) {
+// DropIdleCheckouts removes checkouts unused for two minutes; the next
+// command rebuilds them from the fork and the edits. Run calls it.
+func (s *Service) DropIdleCheckouts(ctx context.Context) {
 	if s.checkouts == nil {
 		return
 	}

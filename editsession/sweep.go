@@ -121,7 +121,7 @@ func (s *Service) Run(ctx context.Context) {
 				s.log.Info("overdue sessions ended", "count", n)
 			}
 		case <-checkouts.C:
-			s.dropIdleCheckouts(ctx)
+			s.DropIdleCheckouts(ctx)
 		case <-maintain.C:
 			if err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("session maintenance failed", "err", err)

@@ -162,6 +162,23 @@ func (h *Projects) Archive(c *gin.Context) error {
 	return nil
 }
 
+// SetNetwork sets whether the project's sandbox reaches the network.
+func (h *Projects) SetNetwork(c *gin.Context) error {
+	acc, err := access(c, h.Projects, auth.ProjectManage)
+	if err != nil {
+		return err
+	}
+	if err := h.Projects.SetSandboxNetwork(c.Request.Context(), acc, c.PostForm("network")); err != nil {
+		return err
+	}
+	if views.WantsJSON(c.Request) {
+		c.Status(http.StatusNoContent)
+		return nil
+	}
+	views.Redirect(c, fmt.Sprintf("/projects/%d", acc.Project.ID))
+	return nil
+}
+
 // Delete removes the project and what Atelier keeps for it.
 func (h *Projects) Delete(c *gin.Context) error {
 	acc, err := access(c, h.Projects, auth.ProjectOwn)

@@ -231,3 +231,13 @@ func (s *Store) LockOwners(ctx context.Context, projectID int64) (int, error) {
 	}
 	return len(ms), nil
 }
+
+// SetSandboxNetwork records whether the project's sandbox reaches the
+// network ("allow") or only its own loopback ("deny").
+func (s *Store) SetSandboxNetwork(ctx context.Context, id int64, network string) error {
+	err := s.db.WithContext(ctx).Model(&Project{}).Where("id = ?", id).UpdateColumn("sandbox_network", network).Error
+	if err != nil {
+		return fmt.Errorf("models: sandbox network of project %d: %w", id, translate(err))
+	}
+	return nil
+}

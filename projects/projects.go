@@ -31,6 +31,7 @@ var (
 	ErrLastOwner   = errors.New("projects: a project keeps at least one owner")
 	ErrUnknownUser = errors.New("projects: no user with that name")
 	ErrBadRole     = errors.New("projects: role is owner, admin or member")
+	ErrBadNetwork  = errors.New("projects: the sandbox network is deny or allow")
 )
 
 // maxDirNameTries bounds the search for a free workspace folder name.
@@ -317,6 +318,19 @@ func (s *Service) Delete(ctx context.Context, acc *Access) error {
 	container := p.WorkspaceMode == models.ModeContainer
 	s.removeOwned(ctx, p, container, container)
 	s.log.Info("project deleted", "project", p.ID, "by", acc.User.Username)
+	return nil
+}
+
+// SetSandboxNetwork decides whether commands of the project reach the
+// network. The default, deny, gives them only a loopback of their own.
+func (s *Service) SetSandboxNetwork(ctx context.Context, acc *Access, network string) error {
+	if network != "deny" && network != "allow" {
+		return ErrBadNetwork
+	}
+	if err := s.store.SetSandboxNetwork(ctx, acc.Project.ID, network); err != nil {
+		return err
+	}
+	s.log.Info("sandbox network set", "project", acc.Project.ID, "network", network, "by", acc.User.Username)
 	return nil
 }
 

@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"atelier/editsession"
 	"atelier/models"
@@ -210,13 +212,52 @@ func TestEndingRemovesTheSandbox(t *testing.T) {
 	if _, err := os.Stat(checkout); err != nil {
 		t.Fatalf("checkout: %v", err)
 	}
-	if fi, _ := os.Stat(checkout); fi.Mode().Perm() != 0o700 {
-		t.Fatalf("checkout mode %v", fi.Mode())
+	fi, _ := os.Stat(checkout)
+	if st, ok := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o700 || !ok || st.Uid < h.cfg.Sandbox.UIDBase {
+		t.Fatalf("checkout mode %v, owner %v: want 0700, the session's user", fi.Mode(), fi.Sys())
+	}
+	// Idle for two minutes, the checkout goes; the next command rebuilds it
+	// with the session's edits.
+	owner.put(base, "kept.txt", []byte("kept\n"), nil)
+	h.clock.Advance(2*time.Minute + time.Second)
+	h.app.Sessions.DropIdleCheckouts(context.Background())
+	if _, err := os.Stat(checkout); !os.IsNotExist(err) {
+		t.Fatalf("an idle checkout survived: %v", err)
+	}
+	if out, _ := owner.run(base, "cat kept.txt", ""); out.Stdout != "kept\n" {
+		t.Fatalf("rebuilt checkout: %+v", out)
 	}
 	owner.post(base+"/discard", nil, jsonAccept)
 	for _, dir := range []string{checkout, strings.Replace(checkout, "/edit-", "/home-", 1)} {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Fatalf("%s survived the end: %v", dir, err)
 		}
+	}
+}
+
+// The project's network policy: deny (the default) keeps commands off the
+// host's ports; allow lets them through; members cannot change it.
+func TestSandboxNetworkPolicy(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	member := h.user("member", false)
+	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"member"}, "role": {"member"}})
+	s, _ := owner.openSession(id)
+	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(h.srv.URL, "http://"))
+	probe := "(exec 3<>/dev/tcp/127.0.0.1/" + port + ") 2>/dev/null && echo REACHED || echo CUT-OFF"
+
+	if out, _ := owner.run(base, probe, ""); strings.TrimSpace(out.Stdout) != "CUT-OFF" {
+		t.Fatalf("deny: %+v", out)
+	}
+	expectProblem(t, member.post("/projects/"+itoa(id)+"/sandbox-network", url.Values{"network": {"allow"}}, jsonAccept), http.StatusForbidden, "forbidden")
+	expectProblem(t, owner.post("/projects/"+itoa(id)+"/sandbox-network", url.Values{"network": {"open"}}, jsonAccept), http.StatusBadRequest, "bad_network")
+	if res := owner.post("/projects/"+itoa(id)+"/sandbox-network", url.Values{"network": {"allow"}}, jsonAccept); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("allow: %d", res.StatusCode)
+	}
+	// The open session picks the policy up at its next command.
+	if out, _ := owner.run(base, probe, ""); strings.TrimSpace(out.Stdout) != "REACHED" {
+		t.Fatalf("allow: %+v", out)
 	}
 }

@@ -36,6 +36,7 @@ func (a *App) routes() http.Handler {
 	in.POST("/projects/validate-path", h(a.projects.ValidatePath))
 	in.GET("/projects/:id", h(a.projects.Show))
 	in.POST("/projects/:id/archive", h(a.projects.Archive))
+	in.POST("/projects/:id/sandbox-network", h(a.projects.SetNetwork))
 	in.DELETE("/projects/:id", h(a.projects.Delete))
 	in.POST("/projects/:id/members", h(a.projects.AddMember))
 	in.DELETE("/projects/:id/members/:user", h(a.projects.RemoveMember))

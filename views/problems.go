@@ -65,6 +65,7 @@ var problems = []struct {
 	{projects.ErrLastOwner, http.StatusConflict, "last_owner", "", false},
 	{projects.ErrUnknownUser, http.StatusBadRequest, "unknown_user", "", false},
 	{projects.ErrBadRole, http.StatusBadRequest, "bad_role", "", false},
+	{projects.ErrBadNetwork, http.StatusBadRequest, "bad_network", "", false},
 	{workspace.ErrNotReady, http.StatusConflict, "workspace_not_ready", "", false},
 	{code.ErrBadArchive, http.StatusBadRequest, "bad_archive", "", true},
 	{workspace.ErrBadPath, http.StatusBadRequest, "bad_path", "", true},
