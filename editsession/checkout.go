@@ -429,4 +429,3 @@ func readRegular(root *os.Root, p string) ([]byte, string, error) {
 	}
 	return content, "", nil
 }
-

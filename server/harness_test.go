@@ -1,11 +1,11 @@
 package server
 
 import (
-	"math/rand/v2"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
