@@ -1,0 +1,313 @@
+package terminal
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"time"
+)
+
+// readChunk is the reader's buffer. A PTY master hands out at most one
+// line-discipline buffer (4 KiB) per read, so more would sit unused.
+const readChunk = 16 << 10
+
+// minRing keeps the high- and low-water marks meaningful next to readChunk.
+const minRing = 64 << 10
+
+// Config holds the limits of a Manager; zero fields take the defaults.
+type Config struct {
+	AccountShells  int // running shells per account; 4
+	InstanceShells int // running shells on this instance; 32
+	RingBytes      int // output kept per terminal for replay; 1 MiB, at least 64 KiB
+	InputBytes     int // input queued per terminal; 2 MiB, at least 1 MiB
+
+	// An attached viewer with more than HighWater bytes unsent pauses the
+	// shell's output until every viewer is at LowWater or below. Defaults:
+	// half and a quarter of RingBytes.
+	HighWater, LowWater int
+
+	EventBytes   int           // raw bytes in one out event at most; 32 KiB
+	Heartbeat    time.Duration // comment line on an idle stream; 15 s
+	WriteTimeout time.Duration // a viewer whose write stalls this long is dropped; 10 s
+	ExitGrace    time.Duration // how long output may trickle in after the shell ends; 2 s
+	KeepEnded    int           // ended terminals kept for their last output; InstanceShells
+}
+
+// withDefaults fills zero fields and brings the others into range.
+func (c Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.AccountShells, 4)
+	def(&c.InstanceShells, 32)
+	def(&c.RingBytes, 1<<20)
+	c.RingBytes = max(c.RingBytes, minRing)
+	def(&c.InputBytes, 2<<20)
+	c.InputBytes = max(c.InputBytes, 1<<20)
+	def(&c.HighWater, c.RingBytes/2)
+	c.HighWater = min(c.HighWater, c.RingBytes-readChunk)
+	def(&c.LowWater, c.RingBytes/4)
+	c.LowWater = min(c.LowWater, c.HighWater)
+	def(&c.EventBytes, 32<<10)
+	defDur(&c.Heartbeat, 15*time.Second)
+	defDur(&c.WriteTimeout, 10*time.Second)
+	defDur(&c.ExitGrace, 2*time.Second)
+	def(&c.KeepEnded, c.InstanceShells)
+	return c
+}
+
+// Manager runs the terminals of one instance and holds their limits. Every
+// terminal is reached through it by id.
+type Manager struct {
+	cfg Config
+
+	mu        sync.Mutex
+	running   int            // reserved slots on the instance
+	byAccount map[string]int // reserved slots per account
+	terms     map[string]*Terminal
+	ended     []*Terminal // oldest first, at most cfg.KeepEnded
+	closed    bool
+}
+
+// NewManager returns a Manager with cfg's limits.
+func NewManager(cfg Config) *Manager {
+	return &Manager{
+		cfg:       cfg.withDefaults(),
+		byAccount: make(map[string]int),
+		terms:     make(map[string]*Terminal),
+	}
+}
+
+// Config is the Manager's configuration with its defaults filled in.
+func (m *Manager) Config() Config { return m.cfg }
+
+// Slot is one reserved shell: it counts against its account and the
+// instance from Reserve until Release, or, once OpenWith has used it, until
+// that terminal's shell ends.
+type Slot struct {
+	m       *Manager
+	account string
+	state   slotState // guarded by m.mu
+}
+
+type slotState int
+
+const (
+	slotReserved slotState = iota
+	slotUsed               // a terminal owns it
+	slotReleased
+)
+
+// Reserve takes a shell slot for account, or fails with ErrAccountShells or
+// ErrInstanceShells. Call it before anything else of an open (reading the
+// request, preparing the sandbox), so a flood of opens is refused cheaply,
+// and defer Release: it does nothing once OpenWith has used the slot.
+func (m *Manager) Reserve(account string) (*Slot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.closed:
+		return nil, ErrClosed
+	case m.byAccount[account] >= m.cfg.AccountShells:
+		return nil, ErrAccountShells
+	case m.running >= m.cfg.InstanceShells:
+		return nil, ErrInstanceShells
+	}
+	m.byAccount[account]++
+	m.running++
+	return &Slot{m: m, account: account}, nil
+}
+
+// Release gives back a slot that no terminal uses. It is safe to call more
+// than once and after OpenWith.
+func (s *Slot) Release() {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	if s.state == slotReserved {
+		s.m.releaseLocked(s)
+	}
+}
+
+func (m *Manager) releaseLocked(s *Slot) {
+	s.state = slotReleased
+	m.running--
+	if m.byAccount[s.account]--; m.byAccount[s.account] == 0 {
+		delete(m.byAccount, s.account)
+	}
+}
+
+// Open reserves a slot for account and opens a terminal in it.
+func (m *Manager) Open(account string, start Starter, opts Options) (*Terminal, error) {
+	s, err := m.Reserve(account)
+	if err != nil {
+		return nil, err
+	}
+	return m.OpenWith(s, start, opts)
+}
+
+// OpenWith starts a shell in a reserved slot: it creates the PTY, sets its
+// size and owner, and calls start with the slave end. On failure the slot
+// is released.
+func (m *Manager) OpenWith(s *Slot, start Starter, opts Options) (*Terminal, error) {
+	if s == nil || s.m != m {
+		return nil, ErrSlotUsed
+	}
+	m.mu.Lock()
+	if s.state != slotReserved {
+		m.mu.Unlock()
+		return nil, ErrSlotUsed
+	}
+	s.state = slotUsed
+	m.mu.Unlock()
+
+	t, err := open(s.account, m.cfg, start, opts)
+	if err != nil {
+		m.mu.Lock()
+		m.releaseLocked(s)
+		m.mu.Unlock()
+		return nil, err
+	}
+	t.mgr, t.slot = m, s
+	m.mu.Lock()
+	if m.closed {
+		// Close ran meanwhile and did not see this terminal: end it here.
+		m.mu.Unlock()
+		t.run()
+		t.Close()
+		return nil, ErrClosed
+	}
+	m.terms[t.id] = t
+	m.mu.Unlock()
+	t.run()
+	return t, nil
+}
+
+// shellEnded runs when t's shell has ended: its slot frees at once. Unless
+// it was closed, the terminal stays findable for its last output and exit
+// status until it is closed or pushed out by newer ended terminals.
+func (m *Manager) shellEnded(t *Terminal, closing bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.releaseLocked(t.slot)
+	if m.terms[t.id] != t {
+		return
+	}
+	if closing {
+		delete(m.terms, t.id)
+		return
+	}
+	m.ended = append(m.ended, t)
+	if len(m.ended) > m.cfg.KeepEnded {
+		delete(m.terms, m.ended[0].id)
+		m.ended = slices.Delete(m.ended, 0, 1)
+	}
+}
+
+// forget drops t from the Manager.
+func (m *Manager) forget(t *Terminal) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.terms[t.id] == t {
+		delete(m.terms, t.id)
+	}
+	m.ended = slices.DeleteFunc(m.ended, func(e *Terminal) bool { return e == t })
+}
+
+// Get returns the terminal with id, whoever it belongs to.
+func (m *Manager) Get(id string) (*Terminal, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.terms[id]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return t, nil
+}
+
+// Find returns account's terminal with id; another account's terminal is
+// ErrNotFound like a missing one.
+func (m *Manager) Find(account, id string) (*Terminal, error) {
+	t, err := m.Get(id)
+	if err != nil || t.account != account {
+		return nil, ErrNotFound
+	}
+	return t, nil
+}
+
+// List returns account's terminals, running and ended, oldest first.
+func (m *Manager) List(account string) []*Terminal {
+	return m.filter(func(t *Terminal) bool { return t.account == account })
+}
+
+// All returns every terminal, oldest first.
+func (m *Manager) All() []*Terminal {
+	return m.filter(func(*Terminal) bool { return true })
+}
+
+func (m *Manager) filter(keep func(*Terminal) bool) []*Terminal {
+	m.mu.Lock()
+	var ts []*Terminal
+	for _, t := range m.terms {
+		if keep(t) {
+			ts = append(ts, t)
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(ts, func(a, b *Terminal) int { return a.opened.Compare(b.opened) })
+	return ts
+}
+
+// Usage is how many slots account holds and how many the instance does.
+func (m *Manager) Usage(account string) (accountShells, instanceShells int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.byAccount[account], m.running
+}
+
+// CloseTerminal closes the terminal with id.
+func (m *Manager) CloseTerminal(id string) error {
+	t, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	return t.Close()
+}
+
+// CloseAccount closes every terminal of account, as when its access ends.
+func (m *Manager) CloseAccount(account string) error {
+	var errs []error
+	for _, t := range m.List(account) {
+		errs = append(errs, t.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Close closes every terminal and refuses new ones; for server shutdown.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, t := range m.All() {
+		wg.Go(func() {
+			if err := t.Close(); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,230 @@
+package terminal
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// viewer is one attached output stream.
+type viewer struct {
+	off  uint64 // the next offset to send; it moves once bytes are written
+	flow bool   // its writes have a deadline, so it may hold the reader back
+}
+
+// ServeStream sends the terminal's output as Server-Sent Events. It starts
+// at the Last-Event-ID header, else the from query parameter, else the
+// oldest byte still in the ring, and sends:
+//
+//	event: out   id: offset after the bytes   data: base64 of the raw bytes
+//	event: gap   id: offset it resumes at      data: how many bytes were lost
+//	event: exit  id: final offset              data: {"code":3,"signal":""}
+//
+// plus a ": ping" comment when idle for Config.Heartbeat. A gap comes only
+// when the wanted bytes have left the ring, and never to a viewer that kept
+// reading: while one lags, the shell's output waits for it. exit follows
+// the last output byte, and then the stream ends.
+//
+// The error is for a request refused before anything is written
+// (ErrBadOffset); once streaming, ServeStream returns nil when the client
+// goes away, its write stalls past Config.WriteTimeout, or exit is sent.
+// Each write gets its own deadline through http.ResponseController, so the
+// server needs no write timeout, which would cut every stream. A writer
+// without deadlines (ErrNotSupported) still streams, but never holds the
+// shell back: it may get a gap instead.
+func (t *Terminal) ServeStream(w http.ResponseWriter, r *http.Request) error {
+	from, given, err := resumeOffset(r)
+	if err != nil {
+		return err
+	}
+	rc := http.NewResponseController(w)
+	v := &viewer{flow: rc.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout)) == nil}
+	if v.flow {
+		defer rc.SetWriteDeadline(time.Time{})
+	}
+
+	t.mu.Lock()
+	if !given {
+		from = t.out.start()
+	}
+	if from > t.out.end {
+		t.mu.Unlock()
+		return ErrBadOffset
+	}
+	v.off = from
+	t.viewers[v] = struct{}{}
+	t.mu.Unlock()
+	defer t.detach(v)
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	s := &eventWriter{w: w, rc: rc, deadline: v.flow, timeout: t.cfg.WriteTimeout}
+	if s.flush() != nil {
+		return nil
+	}
+
+	ping := time.NewTicker(t.cfg.Heartbeat)
+	defer ping.Stop()
+	raw := make([]byte, t.cfg.EventBytes)
+	for {
+		t.mu.Lock()
+		switch start := t.out.start(); {
+		case v.off < start:
+			lost := start - v.off
+			v.off = start
+			t.mu.Unlock()
+			if s.event("gap", start, strconv.AppendUint(nil, lost, 10)) != nil {
+				return nil
+			}
+			continue
+		case v.off < t.out.end:
+			n := t.out.read(v.off, raw)
+			t.mu.Unlock()
+			if s.output(v.off+uint64(n), raw[:n]) != nil {
+				return nil
+			}
+			t.mu.Lock()
+			v.off += uint64(n)
+			if t.paused {
+				t.drained.Signal()
+			}
+			t.mu.Unlock()
+			continue
+		case t.ended:
+			data, _ := json.Marshal(t.exit)
+			t.mu.Unlock()
+			s.event("exit", v.off, data)
+			return nil
+		}
+		if t.wakeup == nil {
+			t.wakeup = make(chan struct{})
+		}
+		wake := t.wakeup
+		t.mu.Unlock()
+
+		select {
+		case <-wake:
+		case <-ping.C:
+			if s.send([]byte(": ping\n\n")) != nil {
+				return nil
+			}
+		case <-r.Context().Done():
+			return nil
+		}
+	}
+}
+
+// detach removes v; the reader may have been waiting for it.
+func (t *Terminal) detach(v *viewer) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.viewers, v)
+	if t.paused {
+		t.drained.Signal()
+	}
+}
+
+// resumeOffset reads where a stream starts; given is false when the
+// request does not say.
+func resumeOffset(r *http.Request) (off uint64, given bool, err error) {
+	s := r.Header.Get("Last-Event-ID")
+	if s == "" {
+		s = r.URL.Query().Get("from")
+	}
+	if s == "" {
+		return 0, false, nil
+	}
+	off, err = strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, false, ErrBadOffset
+	}
+	return off, true, nil
+}
+
+// eventWriter writes SSE events, each with a fresh write deadline and
+// flushed at once.
+type eventWriter struct {
+	w        http.ResponseWriter
+	rc       *http.ResponseController
+	deadline bool
+	timeout  time.Duration
+	buf      []byte
+}
+
+// output writes an out event for raw, whose last byte ends before id.
+func (s *eventWriter) output(id uint64, raw []byte) error {
+	b := s.head("out", id)
+	b = base64.StdEncoding.AppendEncode(b, raw)
+	s.buf = append(b, "\n\n"...)
+	return s.send(s.buf)
+}
+
+func (s *eventWriter) event(name string, id uint64, data []byte) error {
+	b := append(s.head(name, id), data...)
+	s.buf = append(b, "\n\n"...)
+	return s.send(s.buf)
+}
+
+// head starts an event in s.buf, up to its data.
+func (s *eventWriter) head(name string, id uint64) []byte {
+	b := append(s.buf[:0], "event: "...)
+	b = append(b, name...)
+	b = append(b, "\nid: "...)
+	b = strconv.AppendUint(b, id, 10)
+	return append(b, "\ndata: "...)
+}
+
+func (s *eventWriter) send(p []byte) error {
+	if s.deadline {
+		if err := s.rc.SetWriteDeadline(time.Now().Add(s.timeout)); err != nil {
+			return err
+		}
+	}
+	if _, err := s.w.Write(p); err != nil {
+		return err
+	}
+	return s.flush()
+}
+
+func (s *eventWriter) flush() error { return s.rc.Flush() }
+
+// inputResult is ServeInput's answer.
+type inputResult struct {
+	Queued int    `json:"queued"` // input bytes the shell has not been given yet
+	Next   uint64 `json:"next"`   // the sequence number the terminal applies next
+}
+
+// ServeInput queues the raw request body as input, numbered by the
+// X-Input-Seq header (see Input), and answers {"queued":N,"next":S} as
+// JSON. A missing or malformed number is ErrBadSeq, a body larger than the
+// input queue ErrInputTooLarge, and a full queue ErrInputFull: the client
+// waits and sends the same number again. Errors come back before anything
+// is written.
+func (t *Terminal) ServeInput(w http.ResponseWriter, r *http.Request) error {
+	seq, err := strconv.ParseUint(r.Header.Get("X-Input-Seq"), 10, 64)
+	if err != nil || seq == 0 {
+		return ErrBadSeq
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(t.cfg.InputBytes)))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return ErrInputTooLarge
+		}
+		return fmt.Errorf("terminal: read input: %w", err)
+	}
+	queued, err := t.Input(seq, body)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	return json.NewEncoder(w).Encode(inputResult{Queued: queued, Next: t.NextSeq()})
+}

@@ -1,0 +1,402 @@
+package terminal
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// ready reads out events until the shell has printed marker, which a raw
+// mode script prints once its stty has run, and returns the offset after
+// it.
+func (s *stream) ready(marker string) uint64 {
+	s.t.Helper()
+	var got []byte
+	for {
+		e := s.next(5 * time.Second)
+		if e.name != "out" {
+			s.t.Fatalf("waiting for %q: got %s event", marker, e.name)
+		}
+		got = append(got, e.bytes(s.t)...)
+		if string(got) == marker {
+			return e.offset(s.t)
+		}
+		if len(got) >= len(marker) {
+			s.t.Fatalf("waiting for %q: got %q", marker, got)
+		}
+	}
+}
+
+// expectOutput reads out events until the output holds want.
+func (s *stream) expectOutput(want string, wait time.Duration) string {
+	s.t.Helper()
+	var got []byte
+	deadline := time.Now().Add(wait)
+	for !bytes.Contains(got, []byte(want)) {
+		e := s.next(time.Until(deadline))
+		if e.name == "out" {
+			got = append(got, e.bytes(s.t)...)
+		}
+	}
+	return string(got)
+}
+
+// TestRawOutputArrivesByteForByte: 32 MiB of random bytes written in raw
+// mode reach an SSE client unchanged (CR, LF, NUL and all), with event ids
+// that are exact offsets.
+func TestRawOutputArrivesByteForByte(t *testing.T) {
+	const size = 32 << 20
+	path, data := randomFile(t, size, 1)
+	m := newManager(t, Config{})
+	term := openShell(t, m, "stty raw -echo; printf R; head -c1 >/dev/null; head -c "+strconv.Itoa(size)+" "+path, Options{})
+	srv := serve(t, term)
+	s := dial(t, srv, "", "?from=0")
+	from := s.ready("R")
+	if _, err := term.Input(1, []byte("g")); err != nil {
+		t.Fatal(err)
+	}
+	out, exit, gaps := s.collect(from, 30*time.Second)
+	if gaps != 0 {
+		t.Errorf("%d gap events for an attached viewer", gaps)
+	}
+	if len(out) != size || sha256.Sum256(out) != sha256.Sum256(data) {
+		t.Fatalf("got %d bytes (sha256 %x), want %d (%x)", len(out), sha256.Sum256(out), size, sha256.Sum256(data))
+	}
+	if exit.offset(t) != from+size {
+		t.Errorf("exit id %s, want %d", exit.id, from+size)
+	}
+}
+
+// TestUTF8SplitAcrossEventsSurvives: characters cut between events (and
+// between PTY reads) decode whole once the client joins the bytes.
+func TestUTF8SplitAcrossEventsSurvives(t *testing.T) {
+	text := "x" + strings.Repeat("€日本語✓ ", 40000) // 3-byte runes, shifted by one
+	path := t.TempDir() + "/utf8"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, Config{EventBytes: 1000}) // not a multiple of 3
+	term := openShell(t, m, "stty raw -echo; printf R; head -c1 >/dev/null; cat "+path, Options{})
+	s := dial(t, serve(t, term), "", "?from=0")
+	from := s.ready("R")
+	term.Input(1, []byte("g"))
+
+	var out []byte
+	split := 0
+	for off := from; ; {
+		e := s.next(10 * time.Second)
+		if e.name == "exit" {
+			break
+		}
+		if e.name != "out" {
+			t.Fatalf("%s event", e.name)
+		}
+		b := e.bytes(t)
+		if !utf8.Valid(b) {
+			split++
+		}
+		off += uint64(len(b))
+		if e.offset(t) != off {
+			t.Fatalf("id %s, want %d", e.id, off)
+		}
+		out = append(out, b...)
+	}
+	if split == 0 {
+		t.Fatal("no event cut a character: the test proves nothing")
+	}
+	if string(out) != text {
+		t.Fatalf("text differs: got %d bytes, want %d", len(out), len(text))
+	}
+}
+
+// TestReconnectResumesExactly drops the connection after a random number
+// of events 100 times, resuming each time from the last id received, while
+// the shell is still writing; the joined output equals the file.
+func TestReconnectResumesExactly(t *testing.T) {
+	const chunks, chunk = 64, 64 << 10
+	path, data := randomFile(t, chunks*chunk, 2)
+	m := newManager(t, Config{RingBytes: 2 * chunks * chunk, EventBytes: 4 << 10})
+	script := "stty raw -echo; for i in $(seq 0 " + strconv.Itoa(chunks-1) + "); do " +
+		"dd if=" + path + " bs=" + strconv.Itoa(chunk) + " skip=$i count=1 status=none; sleep 0.005; done"
+	term := openShell(t, m, script, Options{})
+	srv := serve(t, term)
+
+	rnd := rand.New(rand.NewPCG(3, 4))
+	var out []byte
+	last := "0"
+	exited := false
+	for conn := 0; conn <= 100 || !exited; conn++ {
+		if conn > 1000 {
+			t.Fatal("output did not end")
+		}
+		s := dial(t, srv, last, "")
+		for k := 1 + rnd.IntN(12); k > 0; k-- {
+			e := s.next(10 * time.Second)
+			if e.name == "exit" {
+				exited = true
+				break
+			}
+			if e.name != "out" {
+				t.Fatalf("connection %d: %s event %q", conn, e.name, e.data)
+			}
+			b := e.bytes(t)
+			if want := uint64(len(out) + len(b)); e.offset(t) != want {
+				t.Fatalf("connection %d: id %s, want %d", conn, e.id, want)
+			}
+			out = append(out, b...)
+			last = e.id
+		}
+		s.close()
+		if conn == 100 && exited {
+			t.Log("the shell finished before the 100th reconnect")
+		}
+	}
+	if !bytes.Equal(out, data) {
+		t.Fatalf("joined output: %d bytes, want %d; equal prefix %d", len(out), len(data), commonPrefix(out, data))
+	}
+}
+
+func commonPrefix(a, b []byte) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// TestGapAfterRingWrapped: with nobody attached a flood overruns a small
+// ring; a reconnect from an offset that left it first gets a gap event
+// with the exact count, then the oldest bytes kept.
+func TestGapAfterRingWrapped(t *testing.T) {
+	const size, ringSize = 1 << 20, 64 << 10
+	path, data := randomFile(t, size, 5)
+	m := newManager(t, Config{RingBytes: ringSize})
+	term := openShell(t, m, "stty raw -echo; head -c "+strconv.Itoa(size)+" "+path, Options{})
+	<-term.Done()
+	if term.Offset() != size || term.Oldest() != size-ringSize {
+		t.Fatalf("ring holds [%d, %d), want [%d, %d)", term.Oldest(), term.Offset(), size-ringSize, size)
+	}
+	srv := serve(t, term)
+
+	for _, tc := range []struct {
+		name, lastID, query string
+		wantGap             int
+	}{
+		{"from the start", "", "?from=0", size - ringSize},
+		{"from a Last-Event-ID", "1000", "", size - ringSize - 1000},
+		{"Last-Event-ID before from", "70000", "?from=0", size - ringSize - 70000},
+		{"from the oldest kept byte", "", "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := dial(t, srv, tc.lastID, tc.query)
+			from := uint64(size - ringSize)
+			if tc.wantGap > 0 {
+				e := s.next(5 * time.Second)
+				if e.name != "gap" || e.data != strconv.Itoa(tc.wantGap) || e.offset(t) != from {
+					t.Fatalf("first event %s %q id %s, want gap %d id %d", e.name, e.data, e.id, tc.wantGap, from)
+				}
+			}
+			out, _, gaps := s.collect(from, 5*time.Second)
+			if gaps != 0 {
+				t.Errorf("%d more gaps", gaps)
+			}
+			if !bytes.Equal(out, data[from:]) {
+				t.Errorf("after the gap: %d bytes, want the last %d of the output", len(out), ringSize)
+			}
+		})
+	}
+
+	for _, q := range []string{"?from=" + strconv.Itoa(size+1), "?from=x", "?from=-1"} {
+		res, err := srv.Client().Get(srv.URL + "/stream" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 400 {
+			t.Errorf("%s: %s, want 400 (ErrBadOffset)", q, res.Status)
+		}
+	}
+}
+
+// TestHeartbeatAndHeaders: an idle stream gets ": ping" comments, and the
+// response is set up for proxies.
+func TestHeartbeatAndHeaders(t *testing.T) {
+	m := newManager(t, Config{Heartbeat: 50 * time.Millisecond})
+	term := openShell(t, m, "sleep 60", Options{})
+	s := dial(t, serve(t, term), "", "")
+	for k, want := range map[string]string{
+		"Content-Type":      "text/event-stream",
+		"Cache-Control":     "no-store",
+		"X-Accel-Buffering": "no",
+		"Content-Encoding":  "",
+	} {
+		if got := s.res.Header.Get(k); got != want {
+			t.Errorf("%s: %q, want %q", k, got, want)
+		}
+	}
+	if e := s.next(2 * time.Second); e.comment != "ping" {
+		t.Fatalf("got %+v, want a ping comment", e)
+	}
+}
+
+// TestSlowViewerPausesProducer: while an attached viewer does not read,
+// `yes` blocks (the ring's offset stops), and it continues once the viewer
+// reads again, after a pause of seconds; the viewer never sees a gap.
+func TestSlowViewerPausesProducer(t *testing.T) {
+	m := newManager(t, Config{WriteTimeout: time.Minute})
+	term := openShell(t, m, "stty raw -echo; printf R; head -c1 >/dev/null; exec yes", Options{})
+	s := dial(t, serve(t, term), "", "?from=0")
+	off := s.ready("R")
+	term.Input(1, []byte("g"))
+
+	// read checks n more bytes of "y\n" at their absolute offsets.
+	read := func(n uint64) {
+		t.Helper()
+		for end := off + n; off < end; {
+			e := s.next(10 * time.Second)
+			if e.name != "out" {
+				t.Fatalf("%s event %q at %d", e.name, e.data, off)
+			}
+			for _, c := range e.bytes(t) {
+				want := byte('\n') // "R" is at 0, so y at odd offsets
+				if off%2 == 1 {
+					want = 'y'
+				}
+				if c != want {
+					t.Fatalf("byte %d is %q, want %q", off, c, want)
+				}
+				off++
+			}
+			if e.offset(t) != off {
+				t.Fatalf("id %s, want %d", e.id, off)
+			}
+		}
+	}
+	read(4 << 20)
+	// A slow reader: one event every 2 ms; the shell waits for it.
+	for range 200 {
+		read(1)
+		time.Sleep(2 * time.Millisecond)
+	}
+
+	// Stop reading: the server's writes fill the socket, its backlog
+	// passes the high-water mark, and the reader stops.
+	var stopped uint64
+	waitFor(t, 10*time.Second, "the producer to stop", func() bool {
+		a := term.Offset()
+		time.Sleep(200 * time.Millisecond)
+		stopped = term.Offset()
+		return a == stopped
+	})
+	term.mu.Lock()
+	paused := term.paused
+	term.mu.Unlock()
+	if !paused {
+		t.Fatal("offset stopped but the reader is not paused")
+	}
+	time.Sleep(2 * time.Second)
+	if now := term.Offset(); now != stopped {
+		t.Fatalf("offset moved from %d to %d while the viewer did not read", stopped, now)
+	}
+
+	// Read again: everything up to the stop and well past it, with no gap.
+	read(stopped - off + 8<<20)
+	if term.Offset() <= stopped+4<<20 {
+		t.Fatalf("offset %d: the producer did not resume after %d", term.Offset(), stopped)
+	}
+}
+
+// TestStalledViewerIsDropped: a viewer whose write stalls past the write
+// timeout is dropped, and the shell's output flows again without it.
+func TestStalledViewerIsDropped(t *testing.T) {
+	m := newManager(t, Config{WriteTimeout: 300 * time.Millisecond})
+	term := openShell(t, m, "stty raw -echo; printf R; head -c1 >/dev/null; exec yes", Options{})
+	s := dial(t, serve(t, term), "", "?from=0")
+	s.ready("R")
+	term.Input(1, []byte("g")) // and never read again
+	waitFor(t, 10*time.Second, "the producer to stop", func() bool {
+		term.mu.Lock()
+		defer term.mu.Unlock()
+		return term.paused
+	})
+	stopped := term.Offset()
+	waitFor(t, 10*time.Second, "the stalled viewer to be dropped", func() bool {
+		term.mu.Lock()
+		defer term.mu.Unlock()
+		return len(term.viewers) == 0
+	})
+	waitFor(t, 10*time.Second, "output to flow again", func() bool { return term.Offset() > stopped+4<<20 })
+}
+
+// TestFloodWithoutViewerStaysInRing: nobody attached, so output keeps
+// flowing and old bytes drop; memory stays near the ring's size.
+func TestFloodWithoutViewerStaysInRing(t *testing.T) {
+	const ringSize = 1 << 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+
+	m := newManager(t, Config{RingBytes: ringSize})
+	term := openShell(t, m, "stty raw -echo; exec yes", Options{})
+	waitFor(t, 30*time.Second, "64 MiB of output", func() bool { return term.Offset() > 64<<20 })
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+
+	if got := term.Offset() - term.Oldest(); got != ringSize {
+		t.Errorf("ring keeps %d bytes, want %d", got, ringSize)
+	}
+	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 4*ringSize {
+		t.Errorf("heap in use grew by %d bytes during a flood into a %d-byte ring", grew, ringSize)
+	}
+}
+
+// exitOf decodes an exit event.
+func exitOf(t *testing.T, e event) Exit {
+	t.Helper()
+	var x Exit
+	if e.name != "exit" {
+		t.Fatalf("%s event, want exit", e.name)
+	}
+	if err := json.Unmarshal([]byte(e.data), &x); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// TestExitEventCarriesCode: after the shell's `exit 3`, a viewer that
+// attaches gets all of the output, then the exit event with code 3; a
+// reconnect from the final id gets the exit event alone.
+func TestExitEventCarriesCode(t *testing.T) {
+	m := newManager(t, Config{})
+	term := openShell(t, m, "printf 'bye\\n'; exit 3", Options{})
+	select {
+	case <-term.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed after exit")
+	}
+	if st, ok := term.ExitStatus(); !ok || st != (Exit{Code: 3}) {
+		t.Errorf("ExitStatus %+v %v", st, ok)
+	}
+	srv := serve(t, term)
+	out, exit, _ := dial(t, srv, "", "?from=0").collect(0, 5*time.Second)
+	if string(out) != "bye\r\n" {
+		t.Errorf("output %q, want %q", out, "bye\r\n")
+	}
+	if x := exitOf(t, exit); x != (Exit{Code: 3}) {
+		t.Errorf("exit %+v, want code 3", x)
+	}
+	if exit.offset(t) != uint64(len(out)) {
+		t.Errorf("exit id %s, want %d", exit.id, len(out))
+	}
+	if x := exitOf(t, dial(t, srv, exit.id, "").next(5*time.Second)); x.Code != 3 {
+		t.Errorf("exit after reconnect: %+v", x)
+	}
+}
