@@ -32,9 +32,10 @@ const checkoutIdle = 2 * time.Minute
 type checkout struct {
 	dir, home string
 	uid, gid  uint32
-	// diverged are the paths that differ from the base in dir, as of the
-	// last sync or capture; the next sync touches only these and the edits.
-	diverged map[string]bool
+	// synced maps each path that differs from the base in dir to the
+	// version (UpdatedAt) of the edit it holds; the next sync writes only
+	// edits saved since, so changes a shell made meanwhile are not undone.
+	synced   map[string]time.Time
 	lastUsed time.Time
 }
 
@@ -100,15 +101,15 @@ func (s *Service) build(ctx context.Context, sess *Session, co *checkout) error 
 	if err := s.git.Export(ctx, sess.Source.Repo, sess.BaseCommit, co.dir); err != nil {
 		return err
 	}
-	co.diverged = map[string]bool{}
+	co.synced = map[string]time.Time{}
 	if err := s.sync(ctx, sess, co); err != nil {
 		return err
 	}
 	return chownTree(co.dir, co.uid, co.gid)
 }
 
-// sync brings the paths that may differ from the base to the session's
-// view: its edits, and the base again where an edit went away.
+// sync writes into the checkout the edits saved since it last saw them
+// (in the editor, say), and the base again where an edit went away.
 func (s *Service) sync(ctx context.Context, sess *Session, co *checkout) error {
 	edits, err := s.db.SessionFiles(ctx, sess.ID)
 	if err != nil {
@@ -119,35 +120,29 @@ func (s *Service) sync(ctx context.Context, sess *Session, co *checkout) error {
 		return err
 	}
 	defer root.Close()
-	want := map[string]*models.SessionFile{}
-	for i := range edits {
-		want[edits[i].Path] = &edits[i]
-	}
-	for p := range co.diverged {
-		if _, ok := want[p]; !ok {
-			want[p] = nil // back to the base
+	current := map[string]bool{}
+	for _, e := range edits {
+		current[e.Path] = true
+		if at, ok := co.synced[e.Path]; ok && at.Equal(e.UpdatedAt) {
+			continue
 		}
+		if err := replaceFile(root, e.Path, e.Content, !e.Deleted, co.uid, co.gid); err != nil {
+			return fmt.Errorf("editsession: checkout %s: %w", e.Path, err)
+		}
+		co.synced[e.Path] = e.UpdatedAt
 	}
-	for p, e := range want {
-		var content []byte
-		exists := true
-		switch {
-		case e == nil:
-			if content, exists, err = s.baseFile(ctx, sess, p); err != nil {
-				return err
-			}
-		case e.Deleted:
-			exists = false
-		default:
-			content = e.Content
+	for p := range co.synced {
+		if current[p] {
+			continue
+		}
+		content, exists, err := s.baseFile(ctx, sess, p)
+		if err != nil {
+			return err
 		}
 		if err := replaceFile(root, p, content, exists, co.uid, co.gid); err != nil {
 			return fmt.Errorf("editsession: checkout %s: %w", p, err)
 		}
-	}
-	co.diverged = map[string]bool{}
-	for _, e := range edits {
-		co.diverged[e.Path] = true
+		delete(co.synced, p)
 	}
 	return nil
 }
@@ -319,9 +314,9 @@ func (s *Service) markDiverged(ctx context.Context, sess *Session, co *checkout)
 	if err != nil {
 		return err
 	}
-	co.diverged = map[string]bool{}
+	co.synced = map[string]time.Time{}
 	for _, e := range edits {
-		co.diverged[e.Path] = true
+		co.synced[e.Path] = e.UpdatedAt
 	}
 	return nil
 }

@@ -203,7 +203,7 @@ func (s *Service) DropIdleCheckouts(ctx context.Context) {
 	s.checkouts.mu.Lock()
 	var idle []string
 	for id, co := range s.checkouts.live {
-		if now.Sub(co.lastUsed) >= checkoutIdle {
+		if now.Sub(co.lastUsed) >= checkoutIdle && !s.hasShells(id) {
 			idle = append(idle, id)
 		}
 	}
@@ -237,6 +237,7 @@ func (c sandboxCleaner) EndSession(ctx context.Context, cs *models.CodeSession) 
 		return nil
 	}
 	uid := s.sb.UIDBase + uint32(*cs.SandboxSlot)
+	s.closeShells(cs.ID)
 	unlock := s.checkouts.lock(cs.ID)
 	defer unlock()
 	if err := s.sb.Box.KillAll(ctx, uid); err != nil {

@@ -96,6 +96,7 @@ type Service struct {
 
 	sb        *Sandboxes // nil: no commands on this instance
 	checkouts *checkouts
+	terms     *shells // nil: no interactive shells on this instance
 }
 
 // New returns a Service.
@@ -268,6 +269,30 @@ func (s *Service) load(ctx context.Context, acc *projects.Access, id string, tou
 		IdleDeadline: cs.LastSeenAt.Add(s.cfg.Idle),
 		MaxDeadline:  cs.OpenedAt.Add(s.cfg.MaxAge),
 	}, nil
+}
+
+// internal loads an open session for the server's own work (no caller to
+// check), or ErrNotFound / *GoneError.
+func (s *Service) internal(ctx context.Context, id string) (*Session, error) {
+	cs, err := s.db.SessionByID(ctx, id)
+	if errors.Is(err, models.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cs.State != models.SessionOpen {
+		return nil, &GoneError{Reason: *cs.CloseReason}
+	}
+	p, err := s.db.ProjectByID(ctx, cs.ProjectID)
+	if err != nil {
+		return nil, err
+	}
+	repo, err := s.git.OpenCanonical(forkName(cs.ID))
+	if err != nil {
+		return nil, err
+	}
+	return &Session{CodeSession: cs, Project: p, Source: codestore.Source{Repo: repo, Commit: cs.BaseCommit}}, nil
 }
 
 // overdue says why an open session must end now, or "".

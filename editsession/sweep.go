@@ -110,6 +110,8 @@ func (s *Service) Run(ctx context.Context) {
 	defer maintain.Stop()
 	checkouts := time.NewTicker(checkoutIdle / 4)
 	defer checkouts.Stop()
+	leases := time.NewTicker(LeaseEvery)
+	defer leases.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -120,6 +122,8 @@ func (s *Service) Run(ctx context.Context) {
 			} else if n > 0 {
 				s.log.Info("overdue sessions ended", "count", n)
 			}
+		case <-leases.C:
+			s.heartbeatShells(ctx)
 		case <-checkouts.C:
 			s.DropIdleCheckouts(ctx)
 		case <-maintain.C:

@@ -25,6 +25,7 @@ import (
 	"atelier/sandbox"
 	"atelier/storage"
 	"atelier/storage/codestore"
+	"atelier/terminal"
 	"atelier/views"
 	"atelier/workspace"
 )
@@ -40,6 +41,7 @@ type App struct {
 	Sandbox  *sandbox.Sandbox
 	// Instance names this server process in leases and reservations.
 	Instance string
+	Shells   *terminal.Manager
 
 	log      *slog.Logger
 	adapter  handlers.Adapter
@@ -53,6 +55,7 @@ type App struct {
 	edit     *handlers.EditSessions
 
 	maxImportBytes int64
+	inputBytes     int
 }
 
 // newInstanceID names this process: a restarted server is a new instance,
@@ -121,6 +124,8 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	}
 	usage := meter.New(store, cfg.SandboxCap, now)
 	instance := newInstanceID()
+	shells := terminal.NewManager(terminal.Config{})
+	sessionSvc.SetTerminals(shells)
 	sessionSvc.SetSandboxes(&editsession.Sandboxes{
 		Box: box, Meter: usage, LocalArea: cfg.SandboxDir(),
 		UIDBase: cfg.Sandbox.UIDBase, UIDCount: cfg.Sandbox.UIDCount, Instance: instance,
@@ -133,6 +138,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		Meter:    usage,
 		Sandbox:  box,
 		Instance: instance,
+		Shells:   shells,
 		log:      log,
 		adapter:  handlers.Adapter{Render: render, Log: log},
 		cookies:  auth.Cookies{AlwaysSecure: cfg.SecureCookies},
@@ -144,6 +150,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 			MaxImportBytes: cfg.MaxImportBytes, MaxRawBytes: maxRawBytes},
 		edit:           &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc, Idle: cfg.Sessions.Idle, Now: now},
 		maxImportBytes: cfg.MaxImportBytes,
+		inputBytes:     shells.Config().InputBytes,
 	}
 	a.sessions = &handlers.Sessions{Render: render, Auth: authSvc, Cookies: a.cookies}
 	a.Handler = a.routes()

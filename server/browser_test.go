@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 )
@@ -330,5 +332,69 @@ func TestBrowserIdleWarning(t *testing.T) {
 	h.clock.Advance(9 * time.Minute)
 	if _, _, status := owner.read(base, "README.md"); status != http.StatusOK {
 		t.Fatalf("after keep working the session ended: %d", status)
+	}
+}
+
+// A person opens a terminal, types `echo`, sees the answer, reloads the page
+// and finds the same scrollback.
+func TestBrowserTerminal(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	_, id := editable(t, h)
+	ctx := browser(t)
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	if err := do(ctx, signIn(h, "owner", "password-owner"),
+		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
+		chromedp.Click(css(`button#edit`)),
+		chromedp.WaitReady(css(`#terminals[data-started]`)), // terminal.js is listening
+		chromedp.Click(css(`#new-terminal`)),
+	); err != nil {
+		t.Fatalf("opening a terminal: %v; the page has %s", err, pageState(ctx))
+	}
+	const rows = `(document.querySelector(".terminal-pane:not([hidden])")?.shadowRoot?.querySelector(".xterm-rows")?.innerText ?? "")`
+	screen := func() string {
+		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](rows))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return text
+	}
+	waitScreen := func(what string, ok func(string) bool) string {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if s := screen(); ok(s) {
+				return s
+			}
+			if time.Now().After(deadline) {
+				state, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({panes: document.querySelectorAll(".terminal-pane").length, tabs: document.querySelector("#terminal-tabs").innerText, error: document.querySelector("#terminal-error").innerText})`))
+				t.Fatalf("waiting for %s; the terminal shows %q; the page has %s", what, screen(), state)
+			}
+		}
+	}
+	waitScreen("a prompt", func(s string) bool { return strings.Contains(s, "$") })
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector(".terminal-pane:not([hidden])").shadowRoot.querySelector(".xterm-helper-textarea").focus(); true`)); err != nil {
+		t.Fatal(err)
+	}
+	// Text arrives as an input method would insert it: key events carry
+	// both a keydown and a char, which xterm would read twice.
+	insert := chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, input.InsertText, input.InsertTextParams{Text: "echo hi-$((40+2))"})
+		return err
+	})
+	if err := do(ctx, insert, chromedp.KeyEvent(kb.Enter)); err != nil {
+		t.Fatal(err)
+	}
+	before := waitScreen("the echo", func(s string) bool { return strings.Contains(s, "\nhi-42") || strings.HasPrefix(s, "hi-42") })
+
+	location, _ := chromedp.Run(ctx, chromedp.Location())
+	// xterm paints only while its pane is on screen, so scroll to it as a
+	// person would.
+	if err := do(ctx, chromedp.Navigate(location), chromedp.WaitVisible(css(`#terminal-tabs button`)), chromedp.ScrollIntoView(css(`#terminal-panes`))); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	trim := func(s string) string { return strings.TrimRight(s, " \n\u00a0") }
+	after := waitScreen("the scrollback after a reload", func(s string) bool { return trim(s) == trim(before) })
+	if !strings.Contains(after, "hi-42") {
+		t.Fatalf("scrollback after reload: %q", after)
 	}
 }

@@ -95,7 +95,11 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	if os.Getenv("ATELIER_TEST_LOG") != "" {
 		logOut = os.Stderr
 	}
-	log := slog.New(slog.NewTextHandler(logOut, nil))
+	level := slog.LevelInfo
+	if os.Getenv("ATELIER_TEST_LOG") == "debug" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
 	clk := &clock{now: time.Now()}
 	app, err := New(context.Background(), cfg, store, log, clk.Now)
 	if err != nil {

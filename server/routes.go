@@ -47,7 +47,7 @@ func (a *App) routes() http.Handler {
 	in.GET("/projects/:id/code/file", h(a.code.File))
 	in.GET("/projects/:id/code/raw", h(a.code.Raw))
 	in.POST("/projects/:id/sessions", h(a.edit.Open))
-	session := in.Group("/projects/:id/sessions/:sid")
+	session := in.Group(sessionPrefix)
 	session.GET("", h(a.edit.Page))
 	session.GET("/tree", h(a.edit.Tree))
 	session.GET("/file", h(a.edit.File))
@@ -59,6 +59,12 @@ func (a *App) routes() http.Handler {
 	session.POST("/keepalive", h(a.edit.Keepalive))
 	session.POST("/commands", h(a.edit.RunCommand))
 	session.GET("/commands", h(a.edit.History))
+	session.POST("/terminals", h(a.edit.OpenTerminal))
+	session.GET("/terminals", h(a.edit.Terminals))
+	session.GET("/terminals/:tid/stream", h(a.edit.Stream))
+	session.POST(inputRoute, h(a.edit.Input))
+	session.POST("/terminals/:tid/resize", h(a.edit.Resize))
+	session.DELETE("/terminals/:tid", h(a.edit.CloseTerminal))
 
 	admin := in.Group("/admin", h(auth.RequireSiteAdmin))
 	admin.GET("/users", h(a.users.List))
@@ -75,12 +81,22 @@ const maxFormBytes = 1 << 20
 
 const importRoute = "/projects/:id/import"
 
+// sessionPrefix is the URL of one edit session.
+const sessionPrefix = "/projects/:id/sessions/:sid"
+
+// inputRoute takes a terminal's keystrokes; a paste may be as large as the
+// terminal's whole input queue.
+const inputRoute = "/terminals/:tid/input"
+
 // limitBody bounds the request body before anything reads it (the CSRF
 // check reads forms), by the route the request matched.
 func (a *App) limitBody(c *gin.Context) {
 	limit := int64(maxFormBytes)
-	if c.FullPath() == importRoute {
+	switch c.FullPath() {
+	case importRoute:
 		limit = a.maxImportBytes + 1<<20 // the archive and the multipart framing
+	case sessionPrefix + inputRoute:
+		limit = int64(a.inputBytes)
 	}
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
 }

@@ -129,9 +129,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
-	// Live streams never finish on their own; closing the bus ends them so
-	// Shutdown only waits for ordinary requests.
+	// Live streams never finish on their own; closing the bus and the
+	// shells ends them so Shutdown only waits for ordinary requests.
+	// Shells do not survive the process.
 	app.Events.Close()
+	app.Shells.Close()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {

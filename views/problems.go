@@ -20,6 +20,7 @@ import (
 	"atelier/projects"
 	"atelier/sandbox"
 	"atelier/storage/codestore"
+	"atelier/terminal"
 	"atelier/workspace"
 )
 
@@ -96,6 +97,15 @@ var problems = []struct {
 	{editsession.ErrEmptyCommand, http.StatusBadRequest, "empty_command", "", false},
 	{meter.ErrCap, http.StatusTooManyRequests, "sandbox_cap", "The project has used its sandbox time for this month; editing still works, commands are off until next month.", false},
 	{sandbox.ErrNetworkUnenforceable, http.StatusServiceUnavailable, "network_unenforceable", "The server cannot cut this project's sandbox off the network here, so it does not run commands; an administrator can allow the network for the project or give the server CAP_SYS_ADMIN.", false},
+	{terminal.ErrAccountShells, http.StatusTooManyRequests, "account_shells", "", false},
+	{terminal.ErrInstanceShells, http.StatusTooManyRequests, "instance_shells", "", false},
+	{terminal.ErrInputFull, http.StatusTooManyRequests, "input_full", "", false},
+	{terminal.ErrInputTooLarge, http.StatusRequestEntityTooLarge, "too_large", "", false},
+	{terminal.ErrBadSeq, http.StatusBadRequest, "bad_seq", "", false},
+	{terminal.ErrBadSize, http.StatusBadRequest, "bad_size", "", false},
+	{terminal.ErrBadOffset, http.StatusBadRequest, "bad_offset", "", false},
+	{terminal.ErrNotFound, http.StatusNotFound, "not_found", "There is no such terminal.", false},
+	{terminal.ErrClosed, http.StatusGone, "terminal_ended", "", false},
 	{models.ErrNotFound, http.StatusNotFound, "not_found", "Not found.", false},
 }
 
@@ -130,7 +140,7 @@ func ProblemOf(err error) *Problem {
 }
 
 // packagePrefix matches the "pkg: " prefixes Atelier's errors carry.
-var packagePrefix = regexp.MustCompile(`\b(auth|code|codestore|editsession|events|gitsvc|models|projects|storage|workspace): `)
+var packagePrefix = regexp.MustCompile(`\b(auth|code|codestore|editsession|events|gitsvc|meter|models|projects|sandbox|storage|terminal|workspace): `)
 
 // sentence drops the package prefixes of an error string and capitalises it.
 func sentence(s string) string {

@@ -1,0 +1,118 @@
+package handlers
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"atelier/auth"
+	"atelier/terminal"
+)
+
+type terminalJSON struct {
+	ID      string `json:"id"`
+	NextSeq uint64 `json:"nextSeq"`
+}
+
+func termJSON(t *terminal.Terminal) terminalJSON {
+	return terminalJSON{ID: t.ID(), NextSeq: t.NextSeq()}
+}
+
+// OpenTerminal starts an interactive shell in the session. The shell slots
+// are taken before the request is read or anything is prepared.
+func (h *EditSessions) OpenTerminal(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	slot, err := h.Sessions.ReserveShell(auth.User(c))
+	if err != nil {
+		return err
+	}
+	cols, rows := formInt(c, "cols"), formInt(c, "rows")
+	t, err := h.Sessions.OpenShell(c.Request.Context(), sess, slot, cols, rows)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusCreated, termJSON(t))
+	return nil
+}
+
+// Terminals lists the session's live shells, so a reloaded page reattaches.
+func (h *EditSessions) Terminals(c *gin.Context) error {
+	sess, err := h.session(c, false)
+	if err != nil {
+		return err
+	}
+	list := []terminalJSON{}
+	for _, t := range h.Sessions.Shells(sess) {
+		list = append(list, termJSON(t))
+	}
+	c.JSON(http.StatusOK, list)
+	return nil
+}
+
+// Stream sends the shell's output as Server-Sent Events from the byte the
+// viewer asks for.
+func (h *EditSessions) Stream(c *gin.Context) error {
+	t, err := h.terminal(c, false)
+	if err != nil {
+		return err
+	}
+	return t.ServeStream(c.Writer, c.Request)
+}
+
+// Input queues keystrokes, applied in the order of X-Input-Seq.
+func (h *EditSessions) Input(c *gin.Context) error {
+	t, err := h.terminal(c, true)
+	if err != nil {
+		return err
+	}
+	return t.ServeInput(c.Writer, c.Request)
+}
+
+// Resize sets the shell's window.
+func (h *EditSessions) Resize(c *gin.Context) error {
+	t, err := h.terminal(c, true)
+	if err != nil {
+		return err
+	}
+	if err := t.Resize(formInt(c, "cols"), formInt(c, "rows")); err != nil {
+		return err
+	}
+	c.Status(http.StatusNoContent)
+	return nil
+}
+
+// CloseTerminal kills the shell and everything it started.
+func (h *EditSessions) CloseTerminal(c *gin.Context) error {
+	t, err := h.terminal(c, true)
+	if err != nil {
+		return err
+	}
+	if err := t.Close(); err != nil {
+		return err
+	}
+	c.Status(http.StatusNoContent)
+	return nil
+}
+
+// terminal finds a shell of the caller's own session.
+func (h *EditSessions) terminal(c *gin.Context, touch bool) (*terminal.Terminal, error) {
+	sess, err := h.session(c, touch)
+	if err != nil {
+		return nil, err
+	}
+	return h.Sessions.Shell(sess, c.Param("tid"))
+}
+
+// formInt reads a whole number from the form or the query; 0 when absent
+// or malformed, which the terminal refuses or defaults.
+func formInt(c *gin.Context, name string) int {
+	n, err := strconv.Atoi(c.PostForm(name))
+	if err != nil {
+		n, _ = strconv.Atoi(c.Query(name))
+	}
+	return n
+}

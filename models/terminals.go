@@ -1,0 +1,101 @@
+package models
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Terminal states.
+const (
+	TerminalLive   = "live"
+	TerminalClosed = "closed"
+	TerminalLost   = "lost"
+)
+
+// Terminal is the lease of one interactive shell.
+type Terminal struct {
+	ID          string     `json:"id"`
+	SessionID   string     `json:"sessionId"`
+	UserID      int64      `json:"-"`
+	Instance    string     `json:"-"`
+	State       string     `json:"state"`
+	OpenedAt    time.Time  `json:"openedAt"`
+	HeartbeatAt time.Time  `json:"-"`
+	ClosedAt    *time.Time `json:"closedAt,omitempty"`
+}
+
+// CreateTerminal records a live shell.
+func (s *Store) CreateTerminal(ctx context.Context, t *Terminal) error {
+	if err := s.db.WithContext(ctx).Create(t).Error; err != nil {
+		return fmt.Errorf("models: create terminal: %w", translate(err))
+	}
+	return nil
+}
+
+// TerminalByID returns the lease, or ErrNotFound.
+func (s *Store) TerminalByID(ctx context.Context, id string) (*Terminal, error) {
+	var t Terminal
+	if err := s.db.WithContext(ctx).Where("id = ?", id).Take(&t).Error; err != nil {
+		return nil, fmt.Errorf("models: terminal %s: %w", id, translate(err))
+	}
+	return &t, nil
+}
+
+// LiveTerminalsOf lists the live shells of a session, oldest first.
+func (s *Store) LiveTerminalsOf(ctx context.Context, sessionID string) ([]Terminal, error) {
+	var ts []Terminal
+	err := s.db.WithContext(ctx).Where("session_id = ? AND state = ?", sessionID, TerminalLive).Order("opened_at").Find(&ts).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: terminals of %s: %w", sessionID, err)
+	}
+	return ts, nil
+}
+
+// HeartbeatTerminals renews the leases of ids, all run by instance, and
+// returns the ids whose lease is no longer live (ended elsewhere).
+func (s *Store) HeartbeatTerminals(ctx context.Context, instance string, ids []string, now time.Time) (map[string]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var renewed []string
+	err := s.db.WithContext(ctx).Raw(
+		`UPDATE terminals SET heartbeat_at = ? WHERE id IN ? AND instance = ? AND state = ? RETURNING id`,
+		now, ids, instance, TerminalLive).Scan(&renewed).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: heartbeat terminals: %w", err)
+	}
+	live := make(map[string]bool, len(renewed))
+	for _, id := range renewed {
+		live[id] = true
+	}
+	lost := map[string]bool{}
+	for _, id := range ids {
+		if !live[id] {
+			lost[id] = true
+		}
+	}
+	return lost, nil
+}
+
+// EndTerminal marks a live lease closed (or lost).
+func (s *Store) EndTerminal(ctx context.Context, id, state string, at time.Time) error {
+	err := s.db.WithContext(ctx).Model(&Terminal{}).Where("id = ? AND state = ?", id, TerminalLive).
+		UpdateColumns(map[string]any{"state": state, "closed_at": at}).Error
+	if err != nil {
+		return fmt.Errorf("models: end terminal %s: %w", id, translate(err))
+	}
+	return nil
+}
+
+// LoseStaleTerminals marks lost every live lease whose holder stopped
+// heartbeating before staleBefore: shells do not survive the process that
+// ran them, and a lease nobody renews belongs to no running shell.
+func (s *Store) LoseStaleTerminals(ctx context.Context, staleBefore, at time.Time) (int64, error) {
+	res := s.db.WithContext(ctx).Model(&Terminal{}).Where("state = ? AND heartbeat_at < ?", TerminalLive, staleBefore).
+		UpdateColumns(map[string]any{"state": TerminalLost, "closed_at": at})
+	if res.Error != nil {
+		return 0, fmt.Errorf("models: lose old terminals: %w", res.Error)
+	}
+	return res.RowsAffected, nil
+}

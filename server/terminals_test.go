@@ -1,0 +1,171 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type termJSON struct {
+	ID      string `json:"id"`
+	NextSeq uint64 `json:"nextSeq"`
+}
+
+func (c *client) openTerminal(base string) (termJSON, *http.Response) {
+	c.h.t.Helper()
+	res := c.post(base+"/terminals", url.Values{"cols": {"100"}, "rows": {"30"}}, jsonAccept)
+	if res.StatusCode != http.StatusCreated {
+		return termJSON{}, res
+	}
+	return decode[termJSON](c.h.t, res), res
+}
+
+func (c *client) input(base, tid string, seq uint64, data string) *http.Response {
+	return c.do(http.MethodPost, base+"/terminals/"+tid+"/input", strings.NewReader(data),
+		header{"X-CSRF-Token": c.csrf, "X-Input-Seq": strconv.FormatUint(seq, 10), "Accept": "application/json"})
+}
+
+// streamUntil reads the terminal's SSE stream until the decoded output
+// contains want, and returns the output and the last event id.
+func (c *client) streamUntil(t *testing.T, url, want string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.h.srv.URL+url, nil)
+	res, err := c.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/event-stream" || res.Header.Get("X-Accel-Buffering") != "no" {
+		t.Fatalf("stream: %d %v", res.StatusCode, res.Header)
+	}
+	var out strings.Builder
+	var lastID, event string
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "id: "):
+			lastID = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "data: ") && event == "out":
+			b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(line, "data: "))
+			if err != nil {
+				t.Fatalf("out data is not base64: %v", err)
+			}
+			out.Write(b)
+			if strings.Contains(out.String(), want) {
+				return out.String(), lastID
+			}
+		}
+	}
+	t.Fatalf("the stream ended without %q; got %q", want, out.String())
+	return "", ""
+}
+
+func TestTerminalsOverHTTP(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	other := h.user("other", false)
+	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"other"}, "role": {"admin"}})
+	s, _ := owner.openSession(id)
+	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+
+	term, res := owner.openTerminal(base)
+	if res.StatusCode != http.StatusCreated || !strings.HasPrefix(term.ID, "term_") || term.NextSeq != 1 {
+		t.Fatalf("open: %d %+v", res.StatusCode, term)
+	}
+	// Input may arrive out of order; it is applied in order.
+	for _, in := range []struct {
+		seq  uint64
+		data string
+	}{{2, "cho hel"}, {1, "e"}, {3, "lo-$((6*7)) && stty size\r"}, {3, "DUPLICATE"}} {
+		if res := owner.input(base, term.ID, in.seq, in.data); res.StatusCode != http.StatusOK {
+			t.Fatalf("input %d: %d %s", in.seq, res.StatusCode, readBody(res))
+		}
+	}
+	out, last := owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream", "30 100")
+	if !strings.Contains(out, "hello-42") || strings.Contains(out, "DUPLICATE") {
+		t.Fatalf("output %q", out)
+	}
+	// Resume from the last id: only what came after.
+	if res := owner.post(base+"/terminals/"+term.ID+"/resize", url.Values{"cols": {"120"}, "rows": {"40"}}, header{"X-CSRF-Token": owner.csrf}); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("resize: %d", res.StatusCode)
+	}
+	owner.input(base, term.ID, 4, "stty size; id -u\r")
+	after, _ := owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream?from="+last, "40 120")
+	if strings.Contains(after, "hello-42") {
+		t.Fatalf("resuming repeated old output: %q", after)
+	}
+
+	// The list lets a reloaded page reattach; nobody else sees the shell.
+	list := decode[[]termJSON](t, owner.get(base+"/terminals", jsonAccept))
+	if len(list) != 1 || list[0].ID != term.ID || list[0].NextSeq != 5 {
+		t.Fatalf("list %+v", list)
+	}
+	for _, path := range []string{"/terminals", "/terminals/" + term.ID + "/stream"} {
+		expectProblem(t, other.get(base+path, jsonAccept), http.StatusNotFound, "not_found")
+	}
+	expectProblem(t, other.input(base, term.ID, 5, "whoami\r"), http.StatusNotFound, "not_found")
+
+	// Four shells per account; the fifth is refused and releases nothing it
+	// did not take.
+	for i := 0; i < 3; i++ {
+		if _, res := owner.openTerminal(base); res.StatusCode != http.StatusCreated {
+			t.Fatalf("shell %d: %d %s", i+2, res.StatusCode, readBody(res))
+		}
+	}
+	_, res = owner.openTerminal(base)
+	expectProblem(t, res, http.StatusTooManyRequests, "account_shells")
+
+	// DELETE kills the shell and what it started.
+	pid := shellPid(t, h, term.ID)
+	owner.input(base, term.ID, 5, "sleep 999 &\r")
+	time.Sleep(200 * time.Millisecond)
+	if res := owner.del(base+"/terminals/"+term.ID, jsonAccept); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete: %d", res.StatusCode)
+	}
+	if syscall.Kill(pid, 0) == nil {
+		t.Fatalf("the shell (pid %d) survived DELETE", pid)
+	}
+	if _, res := owner.openTerminal(base); res.StatusCode != http.StatusCreated {
+		t.Fatalf("a closed shell did not give its slot back: %d", res.StatusCode)
+	}
+
+	// Ending the session ends its shells.
+	owner.post(base+"/discard", nil, jsonAccept)
+	deadline := time.Now().Add(5 * time.Second)
+	for ; ; time.Sleep(50 * time.Millisecond) {
+		if _, running := h.app.Shells.Usage(""); running == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("shells outlived their session")
+		}
+	}
+}
+
+// shellPid finds the pid of a terminal's shell.
+func shellPid(t *testing.T, h *harness, id string) int {
+	t.Helper()
+	tm, err := h.app.Shells.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/proc/" + strconv.Itoa(tm.Pid())); err != nil {
+		t.Fatalf("no shell process: %v", err)
+	}
+	return tm.Pid()
+}

@@ -1,0 +1,713 @@
+// The session page's terminals: shells in the session's sandbox, shown as
+// tabs of xterm.js terminals (static/vendor/xterm.min.js, which defines
+// window.AtelierXterm and keeps xterm within the page's CSP).
+//
+// The page provides:
+//   <section id="terminals" data-base="/projects/ID/sessions/SID">
+//     <nav id="terminal-tabs"></nav> <button id="new-terminal">
+//     <div id="terminal-panes"></div> <p id="terminal-error" hidden></p>
+//   <meta name="csrf-token">
+// htmx never swaps #terminal-panes, so the terminals and their event
+// streams live as long as the page.
+//
+// Under {base}/terminals the server offers:
+//   GET                    the terminals of the session: [{id, nextSeq}]
+//   POST  cols, rows       a new one: 201 {id, nextSeq}; 429 at a limit
+//   GET  {id}/stream?from= its output as Server-Sent Events: out (base64
+//                          bytes; id = offset after them), gap (bytes lost),
+//                          exit ({"code", "signal"}); comments are heartbeats
+//   POST {id}/input        raw bytes, numbered by X-Input-Seq from nextSeq;
+//                          a repeated number is ignored, 429 = queue full
+//   POST {id}/resize       cols, rows
+//   DELETE {id}            stop it
+// A 404 or 410 from any of them means the terminal (or the session) is gone.
+(function () {
+  "use strict";
+
+  // The most input bytes one POST carries; a long paste goes in pieces.
+  const MAX_BATCH = 64 << 10;
+
+  const OPTIONS = {
+    fontFamily: 'ui-monospace, "SFMono-Regular", Menlo, Consolas, "DejaVu Sans Mono", monospace',
+    fontSize: 13,
+    lineHeight: 1.15,
+    scrollback: 10000,
+    cursorBlink: true,
+    theme: {
+      background: "#1d2330",
+      foreground: "#e4e7ec",
+      cursor: "#e4e7ec",
+      cursorAccent: "#1d2330",
+      selectionBackground: "#3d4f7c",
+    },
+  };
+
+  const DIM = "\x1b[0;2m";
+  const PLAIN = "\x1b[0m";
+
+  function start() {
+    const section = document.getElementById("terminals");
+    if (!section || section.dataset.started) return;
+    section.dataset.started = "1";
+
+    const $ = (id) => document.getElementById(id);
+    const tabsEl = $("terminal-tabs");
+    const panesEl = $("terminal-panes");
+    const newBtn = $("new-terminal");
+    const errorEl = $("terminal-error");
+    const base = (section.dataset.base || "").replace(/\/+$/, "");
+    const encoder = new TextEncoder();
+
+    if (tabsEl && !tabsEl.hasAttribute("role")) tabsEl.setAttribute("role", "tablist");
+    if (errorEl && !errorEl.hasAttribute("role")) errorEl.setAttribute("role", "alert");
+
+    const tabs = []; // in the order of the tab strip
+    let active = null;
+    let counter = 0; // numbers the tabs' labels
+
+    // ---- small helpers --------------------------------------------------
+
+    function csrf() {
+      const meta = document.querySelector('meta[name="csrf-token"]');
+      return meta ? meta.content : "";
+    }
+
+    function showError(text) {
+      if (!errorEl) return;
+      errorEl.textContent = text || "";
+      errorEl.hidden = !text;
+    }
+
+    // problemText reads the {"error", "reason"} body of a failed response,
+    // falling back to the status line; either way a sentence.
+    async function problemText(res) {
+      let text = "";
+      try {
+        const body = JSON.parse(await res.text());
+        if (body && typeof body.error === "string") text = body.error.trim();
+      } catch (_) {
+        // not JSON
+      }
+      if (!text) text = "The server answered " + res.status + (res.statusText ? " " + res.statusText : "");
+      return /[.!?]$/.test(text) ? text : text + ".";
+    }
+
+    function gone(status) {
+      return status === 404 || status === 410;
+    }
+
+    // call sends one request; non-GET requests carry the CSRF token.
+    // Network failures throw.
+    async function call(method, url, body, headers) {
+      const h = new Headers(headers || {});
+      h.set("Accept", "application/json");
+      if (method !== "GET") h.set("X-CSRF-Token", csrf());
+      const res = await fetch(url, {
+        method,
+        headers: h,
+        body,
+        credentials: "same-origin",
+        cache: "no-store",
+        redirect: "manual",
+      });
+      if (res.type === "opaqueredirect") {
+        throw new Error("the server sent the request elsewhere (are you still signed in? Reload the page).");
+      }
+      return res;
+    }
+
+    function form(fields) {
+      const p = new URLSearchParams();
+      for (const k of Object.keys(fields)) p.set(k, String(fields[k]));
+      return p;
+    }
+
+    function terminalURL(id) {
+      return base + "/terminals/" + encodeURIComponent(id);
+    }
+
+    // base64Bytes decodes base64 into bytes, without ever making text of
+    // them: xterm decodes UTF-8 itself, across events.
+    function base64Bytes(data) {
+      const bin = atob(data);
+      const bytes = new Uint8Array(bin.length);
+      for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+      return bytes;
+    }
+
+    // wholeLength returns how many of bytes end on a character boundary:
+    // all of them, unless they end inside a UTF-8 sequence. xterm 6.0.0
+    // decodes UTF-8 across writes itself, but drops a character whose bytes
+    // it got in two writes with the first ending on a 0x80 continuation
+    // byte (an em dash, curly quotes, an ellipsis...), so the few bytes of
+    // a split character wait for the next event. They stay bytes.
+    function wholeLength(bytes) {
+      const n = bytes.length;
+      for (let back = 1; back <= 3 && back <= n; back++) {
+        const b = bytes[n - back];
+        if ((b & 0xc0) === 0x80) continue; // a continuation byte
+        if (b < 0xc0) return n; // ASCII (or a stray byte): nothing to wait for
+        const need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : 2;
+        return back < need ? n - back : n;
+      }
+      return n;
+    }
+
+    function sleep(ms) {
+      return new Promise((resolve) => setTimeout(resolve, ms));
+    }
+
+    // nextFrame runs fn at the next animation frame, or soon when the page
+    // is hidden (browsers pause animation frames then).
+    function nextFrame(fn) {
+      if (document.visibilityState === "hidden" || typeof requestAnimationFrame !== "function") {
+        setTimeout(fn, 16);
+      } else {
+        requestAnimationFrame(fn);
+      }
+    }
+
+    // ---- one terminal ---------------------------------------------------
+
+    class Tab {
+      constructor() {
+        this.id = "";
+        this.n = ++counter;
+        this.ended = false;
+        this.closed = false;
+        this.view = null;
+        this.source = null; // the EventSource
+        this.offset = 0; // the output offset shown so far
+        this.atLineStart = true; // the last byte written was a line feed
+        this.carry = null; // the start of a split UTF-8 character
+        this.retryTimer = 0;
+        this.retryDelay = 500;
+        // input
+        this.seq = 1; // the number of the next batch
+        this.pending = []; // Uint8Arrays not in a batch yet
+        this.pendingBytes = 0;
+        this.sending = false; // a batch is in flight (or waiting to retry)
+        this.inputRefused = false; // the server refused a batch outright
+        this.frameQueued = false;
+        // resize
+        this.sentCols = 0;
+        this.sentRows = 0;
+        this.resizing = false;
+        this.resizeAgain = false;
+
+        const paneId = "terminal-pane-" + this.n;
+        this.el = document.createElement("span");
+        this.el.className = "terminal-tab";
+        this.selectBtn = document.createElement("button");
+        this.selectBtn.type = "button";
+        this.selectBtn.className = "terminal-select";
+        this.selectBtn.setAttribute("role", "tab");
+        this.selectBtn.setAttribute("aria-controls", paneId);
+        this.selectBtn.setAttribute("aria-selected", "false");
+        this.selectBtn.textContent = "Terminal " + this.n;
+        this.closeBtn = document.createElement("button");
+        this.closeBtn.type = "button";
+        this.closeBtn.className = "terminal-close";
+        this.closeBtn.setAttribute("aria-label", "Close terminal " + this.n);
+        this.closeBtn.title = "Close terminal " + this.n;
+        this.closeBtn.textContent = "×";
+        this.el.append(this.selectBtn, this.closeBtn);
+
+        this.pane = document.createElement("div");
+        this.pane.className = "terminal-pane";
+        this.pane.id = paneId;
+        this.pane.setAttribute("role", "tabpanel");
+        this.pane.setAttribute("aria-label", "Terminal " + this.n);
+        this.pane.hidden = true;
+
+        this.selectBtn.addEventListener("click", () => activate(this));
+        this.closeBtn.addEventListener("click", () => { closeTab(this); });
+      }
+
+      // mount shows the tab and builds its xterm. The pane is made visible
+      // first, so xterm can measure its cells.
+      mount() {
+        if (tabsEl) tabsEl.appendChild(this.el);
+        if (panesEl) panesEl.appendChild(this.pane);
+        tabs.push(this);
+        activate(this, false);
+        this.view = window.AtelierXterm.create(this.pane, OPTIONS);
+        this.view.fit();
+        const term = this.view.terminal;
+        term.onData((text) => this.queueInput(encoder.encode(text)));
+        term.onBinary((text) => {
+          const bytes = new Uint8Array(text.length);
+          for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i) & 0xff;
+          this.queueInput(bytes);
+        });
+      }
+
+      get terminal() {
+        return this.view ? this.view.terminal : null;
+      }
+
+      // attach starts the output stream for terminal id, replaying from
+      // offset from.
+      attach(id, nextSeq, from) {
+        this.id = id;
+        this.seq = Math.max(1, Number(nextSeq) || 1);
+        this.pane.dataset.terminal = id;
+        this.el.dataset.terminal = id;
+        this.selectBtn.title = id;
+        this.offset = from;
+        this.connect();
+        this.sendSize();
+        this.scheduleSend(); // keys typed while it was starting
+      }
+
+      // write hands raw output bytes (or a string of our own) to xterm.
+      write(data) {
+        const term = this.terminal;
+        if (!term || this.closed) return;
+        term.write(data);
+      }
+
+      note(text) {
+        this.write((this.atLineStart ? "" : "\r\n") + DIM + text + PLAIN + "\r\n");
+        this.atLineStart = true;
+      }
+
+      connect() {
+        if (this.ended || this.closed) return;
+        const url = terminalURL(this.id) + "/stream?from=" + this.offset;
+        const es = new EventSource(url);
+        this.source = es;
+        es.addEventListener("open", () => {
+          this.retryDelay = 500;
+          this.setState("");
+        });
+        es.addEventListener("out", (e) => {
+          if (es !== this.source) return;
+          let bytes;
+          try {
+            bytes = base64Bytes(e.data);
+          } catch (_) {
+            return; // not base64: never from our server
+          }
+          this.noteOffset(e.lastEventId);
+          if (this.carry) {
+            const joined = new Uint8Array(this.carry.length + bytes.length);
+            joined.set(this.carry);
+            joined.set(bytes, this.carry.length);
+            bytes = joined;
+            this.carry = null;
+          }
+          const whole = wholeLength(bytes);
+          if (whole < bytes.length) {
+            this.carry = bytes.slice(whole);
+            bytes = bytes.subarray(0, whole);
+          }
+          if (bytes.length) {
+            this.atLineStart = bytes[bytes.length - 1] === 10;
+            this.write(bytes);
+          }
+        });
+        es.addEventListener("gap", (e) => {
+          if (es !== this.source) return;
+          this.noteOffset(e.lastEventId);
+          this.carry = null; // the rest of that character is lost
+          const n = Number(e.data);
+          this.note("[… " + (Number.isFinite(n) ? n.toLocaleString("en") : e.data) + " bytes not kept …]");
+        });
+        es.addEventListener("exit", (e) => {
+          if (es !== this.source) return;
+          this.noteOffset(e.lastEventId);
+          this.carry = null;
+          let info = {};
+          try {
+            info = JSON.parse(e.data) || {};
+          } catch (_) {
+            // keep the defaults
+          }
+          if (info.signal) this.note("[process ended by signal " + info.signal + "]");
+          else if (info.code != null) this.note("[process exited with code " + info.code + "]");
+          else this.note("[process exited]");
+          this.end();
+        });
+        es.addEventListener("error", () => {
+          if (es !== this.source || this.ended) return;
+          if (es.readyState === EventSource.CONNECTING) {
+            // The browser reconnects by itself, resuming at Last-Event-ID.
+            this.setState("reconnecting");
+            return;
+          }
+          // Closed for good: the server refused the stream. Find out why.
+          es.close();
+          this.source = null;
+          this.setState("reconnecting");
+          this.checkGone();
+        });
+      }
+
+      noteOffset(id) {
+        const n = Number(id);
+        if (id !== "" && Number.isFinite(n) && n >= 0) this.offset = n;
+      }
+
+      // checkGone asks the server whether the terminal still exists, and
+      // reconnects (after a pause) if it does.
+      async checkGone() {
+        if (this.ended || this.closed) return;
+        let res = null;
+        try {
+          res = await call("GET", base + "/terminals");
+        } catch (_) {
+          // network trouble: try again below
+        }
+        if (this.ended || this.closed) return;
+        if (res && gone(res.status)) {
+          this.end("This terminal has ended.");
+          return;
+        }
+        if (res && res.ok) {
+          let list = null;
+          try {
+            list = await res.json();
+          } catch (_) {
+            // not JSON
+          }
+          if (Array.isArray(list) && !list.some((t) => t && t.id === this.id)) {
+            this.end("This terminal has ended.");
+            return;
+          }
+        }
+        const delay = this.retryDelay;
+        this.retryDelay = Math.min(this.retryDelay * 2, 10000);
+        clearTimeout(this.retryTimer);
+        this.retryTimer = setTimeout(() => this.connect(), delay);
+      }
+
+      // end marks the terminal as over: no more streaming, input or sizing.
+      end(message) {
+        if (this.ended) return;
+        this.ended = true;
+        clearTimeout(this.retryTimer);
+        if (this.source) this.source.close();
+        this.source = null;
+        this.pending = [];
+        this.pendingBytes = 0;
+        if (message) this.note("[" + message.replace(/\.$/, "") + "]");
+        const term = this.terminal;
+        if (term) {
+          term.options.disableStdin = true;
+          term.options.cursorBlink = false;
+          term.write("\x1b[?25l"); // no cursor in a terminal that is over
+        }
+        this.setState("ended");
+      }
+
+      setState(state) {
+        if (this.ended && state !== "ended") return;
+        for (const el of [this.el, this.pane]) {
+          if (state) el.dataset.state = state;
+          else delete el.dataset.state;
+        }
+        this.selectBtn.textContent = "Terminal " + this.n + (state === "ended" ? " (ended)" : "");
+      }
+
+      // ---- input: one POST per animation frame at most, in order --------
+
+      queueInput(bytes) {
+        if (this.ended || this.closed || this.inputRefused || !bytes.length) return;
+        this.pending.push(bytes);
+        this.pendingBytes += bytes.length;
+        this.scheduleSend();
+      }
+
+      scheduleSend() {
+        if (!this.id || this.frameQueued || this.sending || !this.pendingBytes) return;
+        this.frameQueued = true;
+        nextFrame(() => {
+          this.frameQueued = false;
+          this.sendBatch();
+        });
+      }
+
+      // takeBatch removes up to MAX_BATCH pending bytes, as one array.
+      takeBatch() {
+        const size = Math.min(this.pendingBytes, MAX_BATCH);
+        const batch = new Uint8Array(size);
+        let at = 0;
+        while (at < size) {
+          const head = this.pending[0];
+          const n = Math.min(head.length, size - at);
+          batch.set(head.subarray(0, n), at);
+          at += n;
+          if (n === head.length) this.pending.shift();
+          else this.pending[0] = head.subarray(n);
+        }
+        this.pendingBytes -= size;
+        return batch;
+      }
+
+      // sendBatch posts the next batch under the next number, retrying
+      // the very same bytes and number until the server has them.
+      async sendBatch() {
+        if (this.sending || this.ended || this.closed || !this.pendingBytes) return;
+        this.sending = true;
+        const seq = this.seq;
+        const batch = this.takeBatch();
+        let delay = 100;
+        try {
+          for (;;) {
+            if (this.ended || this.closed) return;
+            let res = null;
+            try {
+              res = await call("POST", terminalURL(this.id) + "/input", batch, {
+                "Content-Type": "application/octet-stream",
+                "X-Input-Seq": String(seq),
+              });
+            } catch (_) {
+              // network trouble: retry below
+            }
+            if (res && res.ok) {
+              this.seq = seq + 1;
+              return;
+            }
+            if (res && gone(res.status)) {
+              this.end("This terminal has ended.");
+              return;
+            }
+            if (res && res.status !== 429 && res.status < 500) {
+              // Refused outright (a lost sign-in, a bad request). Sending
+              // other bytes under this number could mix two inputs up, so
+              // this terminal takes no more typing until a reload.
+              this.inputRefused = true;
+              this.pending = [];
+              this.pendingBytes = 0;
+              showError("Typing was not sent: " + (await problemText(res)) + " Reload the page to go on.");
+              return;
+            }
+            // 429 (the shell's input queue is full), a server error or the
+            // network: the same bytes under the same number, a bit later.
+            await sleep(delay);
+            delay = Math.min(delay * 2, res && res.status === 429 ? 1000 : 5000);
+          }
+        } finally {
+          this.sending = false;
+          this.scheduleSend();
+        }
+      }
+
+      // ---- size ----------------------------------------------------------
+
+      // fit sizes xterm to the pane and tells the server the new size.
+      fit() {
+        if (!this.view || this.closed || this.pane.hidden) return;
+        this.view.fit();
+        this.sendSize();
+      }
+
+      async sendSize() {
+        const term = this.terminal;
+        if (!term || !this.id || this.ended || this.closed) return;
+        if (this.resizing) {
+          this.resizeAgain = true;
+          return;
+        }
+        const cols = term.cols;
+        const rows = term.rows;
+        if (cols === this.sentCols && rows === this.sentRows) return;
+        this.resizing = true;
+        let ok = false;
+        try {
+          const res = await call("POST", terminalURL(this.id) + "/resize", form({ cols, rows }));
+          if (gone(res.status)) this.end("This terminal has ended.");
+          else if (res.ok) ok = true;
+        } catch (_) {
+          // network trouble: the next fit tries again
+        }
+        if (ok) {
+          this.sentCols = cols;
+          this.sentRows = rows;
+        }
+        this.resizing = false;
+        if (this.resizeAgain) {
+          this.resizeAgain = false;
+          this.sendSize();
+        }
+      }
+
+      // dispose removes the tab and its terminal from the page.
+      dispose() {
+        this.closed = true;
+        clearTimeout(this.retryTimer);
+        if (this.source) this.source.close();
+        this.source = null;
+        if (this.view) this.view.dispose();
+        this.view = null;
+        this.el.remove();
+        this.pane.remove();
+      }
+    }
+
+    // ---- the tab strip --------------------------------------------------
+
+    // activate shows tab's pane (and hides the others); focus: move the
+    // keyboard focus into its terminal.
+    function activate(tab, focus = true) {
+      active = tab;
+      for (const t of tabs) {
+        const on = t === tab;
+        t.pane.hidden = !on;
+        t.selectBtn.setAttribute("aria-selected", on ? "true" : "false");
+        t.selectBtn.tabIndex = on ? 0 : -1;
+        t.el.classList.toggle("current", on);
+      }
+      if (tab && tab.view) {
+        tab.fit();
+        if (focus) tab.terminal.focus();
+      }
+    }
+
+    async function closeTab(tab) {
+      if (!tab.ended && tab.id &&
+          !window.confirm("Close Terminal " + tab.n + "? Its shell and whatever runs in it will be stopped.")) {
+        return;
+      }
+      if (tab.id) {
+        let res;
+        try {
+          res = await call("DELETE", terminalURL(tab.id));
+        } catch (err) {
+          showError("Could not close the terminal: " + (err && err.message ? err.message : "network error"));
+          return;
+        }
+        if (!res.ok && !gone(res.status)) {
+          showError("Could not close the terminal: " + (await problemText(res)));
+          return;
+        }
+      }
+      showError("");
+      const at = tabs.indexOf(tab);
+      if (at >= 0) tabs.splice(at, 1);
+      tab.dispose();
+      if (active === tab) activate(tabs[Math.min(at, tabs.length - 1)] || null);
+    }
+
+    // ---- new terminals, and those already running -----------------------
+
+    let creating = false;
+
+    async function newTerminal() {
+      if (creating) return;
+      if (!window.AtelierXterm) {
+        showError("The terminal failed to load; reload the page.");
+        return;
+      }
+      creating = true;
+      if (newBtn) newBtn.disabled = true;
+      // The xterm comes first: its fitted size is the shell's first size.
+      const tab = new Tab();
+      const previous = active;
+      try {
+        tab.mount();
+        const term = tab.terminal;
+        const res = await call("POST", base + "/terminals", form({ cols: term.cols, rows: term.rows }));
+        if (!res.ok) throw new Error(await problemText(res));
+        const info = await res.json();
+        if (!info || typeof info.id !== "string") throw new Error("The server's answer made no sense.");
+        if (tab.closed) {
+          // Closed while it was starting: stop the shell as well.
+          call("DELETE", terminalURL(info.id)).catch(() => {});
+          return;
+        }
+        showError("");
+        tab.sentCols = term.cols;
+        tab.sentRows = term.rows;
+        tab.attach(info.id, info.nextSeq, 0);
+        tab.fit();
+        if (active === tab) term.focus();
+      } catch (err) {
+        const at = tabs.indexOf(tab);
+        if (at >= 0) tabs.splice(at, 1);
+        tab.dispose();
+        if (active === tab) {
+          activate(previous && tabs.includes(previous) ? previous : tabs[tabs.length - 1] || null, false);
+        }
+        showError(err && err.message ? err.message : "Could not start a terminal.");
+      } finally {
+        creating = false;
+        if (newBtn) newBtn.disabled = false;
+      }
+    }
+
+    // reattach shows the session's running terminals, replaying what the
+    // server still has of their output.
+    async function reattach() {
+      if (!window.AtelierXterm) {
+        showError("The terminal failed to load; reload the page.");
+        return;
+      }
+      let list;
+      try {
+        const res = await call("GET", base + "/terminals");
+        if (!res.ok) {
+          if (!gone(res.status)) showError("Could not list the terminals: " + (await problemText(res)));
+          return;
+        }
+        list = await res.json();
+      } catch (err) {
+        showError("Could not list the terminals: " + (err && err.message ? err.message : "network error"));
+        return;
+      }
+      if (!Array.isArray(list)) return;
+      for (const info of list) {
+        if (!info || typeof info.id !== "string") continue;
+        if (tabs.some((t) => t.id === info.id)) continue;
+        const tab = new Tab();
+        try {
+          tab.mount();
+        } catch (err) {
+          const at = tabs.indexOf(tab);
+          if (at >= 0) tabs.splice(at, 1);
+          tab.dispose();
+          showError("The terminal failed to load: " + (err && err.message ? err.message : err));
+          break;
+        }
+        tab.attach(info.id, info.nextSeq, 0);
+      }
+      if (tabs.length) activate(tabs[0], false);
+    }
+
+    // ---- wiring ---------------------------------------------------------
+
+    // Fit the visible terminal when its box changes size, a little after
+    // the last change.
+    let fitTimer = 0;
+    function fitSoon() {
+      clearTimeout(fitTimer);
+      fitTimer = setTimeout(() => { if (active) active.fit(); }, 100);
+    }
+    if (typeof ResizeObserver === "function" && panesEl) {
+      new ResizeObserver(fitSoon).observe(panesEl);
+    }
+    window.addEventListener("resize", fitSoon);
+
+    // Arrow keys move along the tab strip.
+    if (tabsEl) {
+      tabsEl.addEventListener("keydown", (event) => {
+        if (event.key !== "ArrowLeft" && event.key !== "ArrowRight") return;
+        const btn = event.target instanceof Element ? event.target.closest(".terminal-select") : null;
+        const at = tabs.findIndex((t) => t.selectBtn === btn);
+        if (at < 0) return;
+        const next = tabs[(at + (event.key === "ArrowRight" ? 1 : tabs.length - 1)) % tabs.length];
+        event.preventDefault();
+        activate(next, false);
+        next.selectBtn.focus();
+      });
+    }
+
+    if (newBtn) newBtn.addEventListener("click", () => { newTerminal(); });
+
+    reattach();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();
