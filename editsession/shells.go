@@ -248,6 +248,17 @@ func (s *Service) closeShells(sessionID string) {
 	}
 }
 
+// Heartbeat runs one beat of the leases now; Run beats every LeaseEvery.
+func (s *Service) Heartbeat(ctx context.Context) { s.heartbeatShells(ctx) }
+
+// EndedShell reports whether id was a shell of the session that no longer
+// runs here, such as one of a previous server process: its viewers are
+// told it exited rather than that it never existed.
+func (s *Service) EndedShell(ctx context.Context, sess *Session, id string) bool {
+	lease, err := s.db.TerminalByID(ctx, id)
+	return err == nil && lease.SessionID == sess.ID
+}
+
 // heartbeatShells renews this instance's leases and closes each shell
 // whose lease was ended elsewhere, whose owner may no longer edit, or whose
 // project ran out of sandbox time.

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -54,9 +55,20 @@ func (h *EditSessions) Terminals(c *gin.Context) error {
 }
 
 // Stream sends the shell's output as Server-Sent Events from the byte the
-// viewer asks for.
+// viewer asks for. A shell that ended with an earlier server process
+// answers with its exit, so the page stops waiting for it.
 func (h *EditSessions) Stream(c *gin.Context) error {
-	t, err := h.terminal(c, false)
+	sess, err := h.session(c, false)
+	if err != nil {
+		return err
+	}
+	t, err := h.Sessions.Shell(sess, c.Param("tid"))
+	if errors.Is(err, terminal.ErrNotFound) && h.Sessions.EndedShell(c.Request.Context(), sess, c.Param("tid")) {
+		c.Header("Content-Type", "text/event-stream")
+		c.Header("Cache-Control", "no-store")
+		c.String(http.StatusOK, "event: exit\ndata: {\"code\":-1,\"signal\":\"\",\"lost\":true}\n\n")
+		return nil
+	}
 	if err != nil {
 		return err
 	}

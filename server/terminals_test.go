@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"atelier/models"
 )
 
 type termJSON struct {
@@ -168,4 +170,109 @@ func shellPid(t *testing.T, h *harness, id string) int {
 		t.Fatalf("no shell process: %v", err)
 	}
 	return tm.Pid()
+}
+
+// waitClosed waits for a shell to end.
+func waitClosed(t *testing.T, h *harness, id, why string) {
+	t.Helper()
+	tm, err := h.app.Shells.Get(id)
+	if err != nil {
+		return // already gone
+	}
+	select {
+	case <-tm.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the shell outlived %s", why)
+	}
+}
+
+// A shell lives only while its lease, its owner's right to edit, its
+// session and its project's sandbox time do; after a restart its viewers
+// are told it exited.
+func TestTerminalLifetime(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	s, _ := owner.openSession(id)
+	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	ctx := context.Background()
+
+	// A live shell's lease is renewed.
+	live, _ := owner.openTerminal(base)
+	before, _ := h.store.TerminalByID(ctx, live.ID)
+	h.clock.Advance(time.Second)
+	h.app.Sessions.Heartbeat(ctx)
+	after, _ := h.store.TerminalByID(ctx, live.ID)
+	if !after.HeartbeatAt.After(before.HeartbeatAt) || after.State != "live" {
+		t.Fatalf("lease not renewed: %+v then %+v", before, after)
+	}
+
+	// Losing the lease (ended elsewhere) kills it.
+	if err := h.store.EndTerminal(ctx, live.ID, "lost", h.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	h.app.Sessions.Heartbeat(ctx)
+	waitClosed(t, h, live.ID, "its lease")
+
+	// Losing the right to edit kills it: demote the owner... by adding a
+	// second owner who demotes the first.
+	term, _ := owner.openTerminal(base)
+	boss := h.user("boss", false)
+	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"boss"}, "role": {"owner"}}, jsonAccept)
+	boss.loadCSRF("/projects")
+	if res := boss.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"owner"}, "role": {"member"}}, jsonAccept); res.StatusCode != http.StatusOK {
+		t.Fatalf("demote: %d %s", res.StatusCode, readBody(res))
+	}
+	h.app.Sessions.Heartbeat(ctx)
+	waitClosed(t, h, term.ID, "its owner's right to edit")
+	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"owner"}, "role": {"owner"}}, jsonAccept)
+	boss.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"owner"}, "role": {"owner"}}, jsonAccept)
+
+	// Running out of sandbox time kills it, and new opens get 429.
+	term, res := owner.openTerminal(base)
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("reopen: %d %s", res.StatusCode, readBody(res))
+	}
+	if err := h.store.Exec(ctx, "UPDATE projects SET sandbox_monthly_seconds = 0 WHERE id = ?", id); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(5 * time.Minute) // the reservation no longer covers the shell
+	owner.post(base+"/keepalive", nil, jsonAccept)
+	h.app.Sessions.Heartbeat(ctx)
+	waitClosed(t, h, term.ID, "the month's sandbox time")
+	_, res = owner.openTerminal(base)
+	expectProblem(t, res, http.StatusTooManyRequests, "sandbox_cap")
+	if err := h.store.Exec(ctx, "UPDATE projects SET sandbox_monthly_seconds = NULL WHERE id = ?", id); err != nil {
+		t.Fatal(err)
+	}
+
+	// Shells do not survive the server: a restarted server tells their
+	// viewers they exited.
+	term, _ = owner.openTerminal(base)
+	restarted, err := New(ctx, h.cfg, h.store, h.app.log, h.clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restarted.Events.Close()
+	h.app.Shells.Close() // the old process goes, and its shells with it
+	h.srv.Config.Handler = restarted.Handler
+	body := readBody(owner.get(base+"/terminals/"+term.ID+"/stream", nil))
+	if !strings.Contains(body, "event: exit") {
+		t.Fatalf("a viewer of a shell of the previous process got %q", body)
+	}
+	if list := decode[[]termJSON](t, owner.get(base+"/terminals", jsonAccept)); len(list) != 0 {
+		t.Fatalf("the restarted server lists %+v", list)
+	}
+	// A process that died without closing its shells leaves live leases
+	// nobody renews: they are marked lost.
+	crashed := &models.Terminal{ID: "term_" + strings.Repeat("0", 32), SessionID: s.ID, UserID: 1, Instance: "crashed",
+		State: "live", OpenedAt: h.clock.Now(), HeartbeatAt: h.clock.Now()}
+	if err := h.store.CreateTerminal(ctx, crashed); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(time.Minute)
+	restarted.Sessions.Heartbeat(ctx)
+	if lease, _ := h.store.TerminalByID(ctx, crashed.ID); lease.State != "lost" {
+		t.Fatalf("the crashed process's lease is %q, want lost", lease.State)
+	}
 }
