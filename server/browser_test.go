@@ -398,3 +398,32 @@ func TestBrowserTerminal(t *testing.T) {
 		t.Fatalf("scrollback after reload: %q", after)
 	}
 }
+
+// The command box runs a command and shows its result, the history and the
+// month's meter; the tree and the changes follow what the command did.
+func TestBrowserCommand(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	_, id := editable(t, h)
+	ctx := browser(t)
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	err := do(ctx, signIn(h, "owner", "password-owner"),
+		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
+		chromedp.Click(css(`button#edit`)),
+		chromedp.WaitVisible(css(`#changes h2`)),
+		chromedp.SendKeys(css(`input[name=command]`), "echo made > made.txt; echo from-the-box"),
+		chromedp.Click(css(`form.command button`)),
+		chromedp.WaitVisible(css(`.command-result pre.stdout`)),
+		chromedp.WaitVisible(css(`#changes li.added[data-path="made.txt"]`)),
+		chromedp.WaitVisible(css(`#session-tree a[data-path="made.txt"]`)),
+	)
+	if err != nil {
+		t.Fatalf("running from the box: %v; the page has %s", err, pageState(ctx))
+	}
+	result, _ := chromedp.Run(ctx, chromedp.Text(css(`.command-result`)))
+	history, _ := chromedp.Run(ctx, chromedp.Text(css(`#command-history`)))
+	if !strings.Contains(result, "exit 0") || !strings.Contains(result, "from-the-box") ||
+		!strings.Contains(history, "echo made > made.txt") || !strings.Contains(history, "Sandbox time this month: 2 of 1200 min") {
+		t.Fatalf("result %q, history %q", result, history)
+	}
+}
