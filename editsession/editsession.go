@@ -131,7 +131,7 @@ type Session struct {
 // there is none; created says which. The handler has checked code.edit.
 func (s *Service) Open(ctx context.Context, acc *projects.Access) (*Session, bool, error) {
 	if existing, err := s.db.OpenSessionOf(ctx, acc.Project.ID, acc.User.ID); err == nil {
-		sess, err := s.load(ctx, acc, existing.ID, true)
+		sess, err := s.Get(ctx, acc, existing.ID, true)
 		var gone *GoneError
 		if !errors.As(err, &gone) {
 			return sess, false, err
@@ -164,13 +164,13 @@ func (s *Service) Open(ctx context.Context, acc *projects.Access) (*Session, boo
 			if err != nil {
 				return nil, false, err
 			}
-			sess, err := s.load(ctx, acc, won.ID, true)
+			sess, err := s.Get(ctx, acc, won.ID, true)
 			return sess, false, err
 		}
 		return nil, false, err
 	}
 	s.record(ctx, events.SessionOpened, cs, acc.User.ID, map[string]any{"session": cs.ID, "baseCommit": base})
-	sess, err := s.load(ctx, acc, cs.ID, false)
+	sess, err := s.Get(ctx, acc, cs.ID, false)
 	return sess, true, err
 }
 
@@ -228,10 +228,6 @@ func (s *Service) base(ctx context.Context, p *models.Project) (string, *gitsvc.
 // expired session is ended here and the caller gets a *GoneError. touch
 // says whether the request counts as activity.
 func (s *Service) Get(ctx context.Context, acc *projects.Access, id string, touch bool) (*Session, error) {
-	return s.load(ctx, acc, id, touch)
-}
-
-func (s *Service) load(ctx context.Context, acc *projects.Access, id string, touch bool) (*Session, error) {
 	cs, err := s.db.SessionByID(ctx, id)
 	if errors.Is(err, models.ErrNotFound) {
 		return nil, ErrNotFound

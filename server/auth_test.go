@@ -1,12 +1,15 @@
 package server
 
 import (
+	"bufio"
+	"context"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSignInAndOut(t *testing.T) {
@@ -201,4 +204,32 @@ func TestSecureCookiesUnderTLS(t *testing.T) {
 	if cookie := findCookie(res, "atelier_session"); res.StatusCode != http.StatusSeeOther || cookie == nil || !cookie.Secure {
 		t.Fatalf("login over TLS: %d, cookie %+v; want 303 and a Secure cookie", res.StatusCode, cookie)
 	}
+}
+
+// The live bus reaches site admins: an event recorded now arrives on
+// /admin/events; others are refused.
+func TestAdminEventStream(t *testing.T) {
+	h := newHarness(t)
+	admin := h.user("root", true)
+	plain := h.user("plain", false)
+	if res := plain.get("/admin/events", nil); res.StatusCode != http.StatusForbidden {
+		t.Fatalf("a non-admin reached the bus: %d", res.StatusCode)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.srv.URL+"/admin/events", nil)
+	res, err := admin.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	id := admin.createProject("watched")
+	admin.post("/projects/"+itoa(id)+"/sessions", nil, jsonAccept)
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"type":"code.session.opened"`) {
+			return
+		}
+	}
+	t.Fatal("no code.session.opened on the admin stream")
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"atelier/auth"
+	"atelier/events"
 	"atelier/static"
 )
 
@@ -69,6 +70,7 @@ func (a *App) routes() http.Handler {
 	admin := in.Group("/admin", h(auth.RequireSiteAdmin))
 	admin.GET("/users", h(a.users.List))
 	admin.POST("/users", h(a.users.Create))
+	admin.GET("/events", func(c *gin.Context) { a.Events.ServeStream(c.Writer, c.Request, events.SiteStream) })
 
 	r.NoRoute(a.adapter.NotFound)
 	r.NoMethod(a.adapter.NotFound)
