@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,6 +29,9 @@ type cgroups struct {
 	parents  []string // atelier-sandbox in each hierarchy used
 	maxProcs int
 	maxMem   int64
+
+	mu   sync.Mutex
+	made map[uint32]bool // the uids whose groups this process made
 }
 
 type cgroupMount struct {
@@ -162,6 +166,12 @@ func (c *cgroups) dirs(uid uint32) []string {
 // ensure makes uid's groups with their limits and returns the files a
 // process writes its pid to in order to join them.
 func (c *cgroups) ensure(uid uint32) ([]string, error) {
+	c.mu.Lock()
+	if c.made == nil {
+		c.made = map[uint32]bool{}
+	}
+	c.made[uid] = true
+	c.mu.Unlock()
 	dirs := c.dirs(uid)
 	var procs []string
 	for i, dir := range dirs {
@@ -252,17 +262,17 @@ func (c *cgroups) remove(uid uint32) error {
 	return errors.Join(errs...)
 }
 
-// close removes the empty groups left and the sandbox's own group when it
-// is empty; another server's groups in it keep it.
+// close removes the empty groups this process made. Other processes'
+// groups, and the sandbox's own group that holds them all, stay: another
+// server (or test) on the host may be between making a group and moving a
+// command into it.
 func (c *cgroups) close() {
-	for _, p := range c.parents {
-		entries, _ := os.ReadDir(p)
-		for _, e := range entries {
-			if e.IsDir() && strings.HasPrefix(e.Name(), "u") {
-				unix.Rmdir(filepath.Join(p, e.Name()))
-			}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for uid := range c.made {
+		for _, dir := range c.dirs(uid) {
+			unix.Rmdir(dir) // fails, as it should, while the group has members
 		}
-		unix.Rmdir(p)
 	}
 }
 
