@@ -88,6 +88,7 @@ func (s *Service) OpenShell(ctx context.Context, sess *Session, slot *terminal.S
 	}
 	unlock()
 	if err != nil {
+		s.log.Warn("no checkout for a shell", "session", sess.ID, "err", err)
 		slot.Release()
 		settle(start)
 		return nil, err
@@ -107,6 +108,7 @@ func (s *Service) OpenShell(ctx context.Context, sess *Session, slot *terminal.S
 		return shellProcess{p}, nil
 	}, terminal.Options{Cols: cols, Rows: rows, SlaveUID: int(uid), SlaveGID: int(uid)})
 	if err != nil {
+		s.log.Warn("shell not started", "session", sess.ID, "err", err)
 		settle(start)
 		return nil, err
 	}

@@ -51,9 +51,9 @@ func (s *Sandbox) KillAll(ctx context.Context, uid uint32) error {
 		return err
 	}
 	if s.cg != nil {
-		s.mu.Lock()
+		s.groups.Lock()
 		err := s.cg.remove(uid)
-		s.mu.Unlock()
+		s.groups.Unlock()
 		if err != nil {
 			s.log.Warn("sandbox: cgroup not removed", "uid", uid, "err", err)
 		}

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -32,8 +31,12 @@ const startWait = 30 * time.Second
 type Sandbox struct {
 	cfg Config
 	log *slog.Logger
-	cg  *cgroups   // nil: rlimits only
-	mu  sync.Mutex // cgroup directories being made or removed
+	cg  *cgroups // nil: rlimits only
+	// groups is held shared from making a uid's cgroups until the command
+	// has joined them (its exec), and exclusively while KillAll removes
+	// them, so a command starting beside a KillAll never finds its group
+	// gone.
+	groups sync.RWMutex
 }
 
 // New checks cfg and finds the cgroups to use. The server must run as root
@@ -127,9 +130,9 @@ func (s *Sandbox) CgroupMode() string {
 // Close removes the sandbox's empty cgroups. It does not kill anything.
 func (s *Sandbox) Close() error {
 	if s.cg != nil {
-		s.mu.Lock()
+		s.groups.Lock()
 		s.cg.close()
-		s.mu.Unlock()
+		s.groups.Unlock()
 	}
 	return nil
 }
@@ -197,14 +200,13 @@ func (s *Sandbox) Start(spec Spec) (*Process, error) {
 // Pid is the process id of the shell.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
-// Wait waits for the shell to exit and then kills every process of its uid
-// that is left, as Run does after a command. A non-zero exit is an
+// Wait waits for the shell to exit. It kills nothing else: other shells
+// and commands of the same uid may still be running, so what the shell
+// left behind is for the caller to end (its session's processes, or
+// KillAll of the uid when nothing of it should run). A non-zero exit is an
 // *exec.ExitError, which carries the exit code or signal.
 func (p *Process) Wait() error {
-	err := p.cmd.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), killWait)
-	defer cancel()
-	return errors.Join(err, p.s.KillAll(ctx, p.uid))
+	return p.cmd.Wait()
 }
 
 // initSpec is what the init helper is told: everything it needs to set up
@@ -261,14 +263,6 @@ func (s *Sandbox) prepare(spec Spec) (*initSpec, error) {
 	}
 	if s.cg == nil {
 		is.MaxData = uint64(s.cfg.MaxMemory)
-	} else {
-		s.mu.Lock()
-		procs, err := s.cg.ensure(spec.UID)
-		s.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		is.Cgroups = procs
 	}
 	return is, nil
 }
@@ -294,6 +288,15 @@ func (s *Sandbox) helper() *exec.Cmd {
 // fd 3, and waits for the exec: the socket closes with nothing on it
 // (close-on-exec), or carries the helper's failure.
 func (s *Sandbox) launch(cmd *exec.Cmd, is *initSpec) error {
+	if s.cg != nil {
+		s.groups.RLock()
+		defer s.groups.RUnlock()
+		procs, err := s.cg.ensure(is.UID)
+		if err != nil {
+			return err
+		}
+		is.Cgroups = procs
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("sandbox: socketpair: %w", err)

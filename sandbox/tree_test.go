@@ -186,8 +186,16 @@ func TestStartOnATerminal(t *testing.T) {
 	if pid, _ := os.ReadFile(s.dir + "/pid"); strings.TrimSpace(string(pid)) != strconv.Itoa(p.Pid()) {
 		t.Errorf("Pid() = %d, the shell says %s", p.Pid(), pid)
 	}
+	// Wait kills nothing (another shell of the uid may live); what the
+	// shell left behind goes with a KillAll of the uid.
+	if left := procsOf(s.uid); len(left) == 0 {
+		t.Error("Wait killed what the shell left behind; other shells of the uid would die too")
+	}
+	if err := sb.KillAll(context.Background(), s.uid); err != nil {
+		t.Fatal(err)
+	}
 	if left := procsOf(s.uid); len(left) > 0 {
-		t.Errorf("left after Wait: %v", left)
+		t.Errorf("left after KillAll: %v", left)
 	}
 
 	// KillAll ends a running shell and what it started.

@@ -124,10 +124,13 @@ func TestTerminalsOverHTTP(t *testing.T) {
 
 	// Four shells per account; the fifth is refused and releases nothing it
 	// did not take.
+	var others []string
 	for i := 0; i < 3; i++ {
-		if _, res := owner.openTerminal(base); res.StatusCode != http.StatusCreated {
+		other, res := owner.openTerminal(base)
+		if res.StatusCode != http.StatusCreated {
 			t.Fatalf("shell %d: %d %s", i+2, res.StatusCode, readBody(res))
 		}
+		others = append(others, other.ID)
 	}
 	_, res = owner.openTerminal(base)
 	expectProblem(t, res, http.StatusTooManyRequests, "account_shells")
@@ -142,8 +145,15 @@ func TestTerminalsOverHTTP(t *testing.T) {
 	if syscall.Kill(pid, 0) == nil {
 		t.Fatalf("the shell (pid %d) survived DELETE", pid)
 	}
+	// The session's other shells live on.
+	time.Sleep(300 * time.Millisecond)
+	for _, other := range others {
+		if tm, err := h.app.Shells.Get(other); err != nil || syscall.Kill(tm.Pid(), 0) != nil {
+			t.Fatalf("closing one shell ended another (%s): %v", other, err)
+		}
+	}
 	if _, res := owner.openTerminal(base); res.StatusCode != http.StatusCreated {
-		t.Fatalf("a closed shell did not give its slot back: %d", res.StatusCode)
+		t.Fatalf("a closed shell did not give its slot back: %d %s", res.StatusCode, readBody(res))
 	}
 
 	// Ending the session ends its shells.
