@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -147,28 +148,24 @@ func (h *Projects) Show(c *gin.Context) error {
 
 // Archive makes the project read-only.
 func (h *Projects) Archive(c *gin.Context) error {
-	acc, err := access(c, h.Projects, auth.ProjectManage)
-	if err != nil {
-		return err
-	}
-	if err := h.Projects.Archive(c.Request.Context(), acc); err != nil {
-		return err
-	}
-	if views.WantsJSON(c.Request) {
-		c.Status(http.StatusNoContent)
-		return nil
-	}
-	views.Redirect(c, fmt.Sprintf("/projects/%d", acc.Project.ID))
-	return nil
+	return h.manage(c, h.Projects.Archive)
 }
 
 // SetNetwork sets whether the project's sandbox reaches the network.
 func (h *Projects) SetNetwork(c *gin.Context) error {
+	return h.manage(c, func(ctx context.Context, acc *projects.Access) error {
+		return h.Projects.SetSandboxNetwork(ctx, acc, c.PostForm("network"))
+	})
+}
+
+// manage runs a change that needs project.manage, then answers 204 to JSON
+// clients and sends browsers back to the project page.
+func (h *Projects) manage(c *gin.Context, change func(context.Context, *projects.Access) error) error {
 	acc, err := access(c, h.Projects, auth.ProjectManage)
 	if err != nil {
 		return err
 	}
-	if err := h.Projects.SetSandboxNetwork(c.Request.Context(), acc, c.PostForm("network")); err != nil {
+	if err := change(c.Request.Context(), acc); err != nil {
 		return err
 	}
 	if views.WantsJSON(c.Request) {
