@@ -8,6 +8,10 @@ cd "$(dirname "$0")"
 
 say() { printf 'test.sh: %s\n' "$*" >&2; }
 
+# Go's caches and the MinIO build live under HOME; a bare CI environment
+# may not set it.
+export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
+
 apt_updated=
 apt_install() {
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
