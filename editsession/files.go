@@ -106,6 +106,29 @@ func (s *Service) baseFile(ctx context.Context, sess *Session, path string) ([]b
 	return data, true, nil
 }
 
+// inBase reports whether path is a file of the base, from the listing of
+// its folder (one cached tree object), without reading the file: the tree
+// and the changes list ask this for every changed path.
+func (s *Service) inBase(ctx context.Context, sess *Session, path string) (bool, error) {
+	dir, name := "", path
+	if i := strings.LastIndexByte(path, '/'); i >= 0 {
+		dir, name = path[:i], path[i+1:]
+	}
+	es, err := s.code.List(ctx, sess.Source, dir)
+	if errors.Is(err, codestore.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, e := range es {
+		if e.Name == name {
+			return e.Kind != codestore.KindDir && e.Kind != codestore.KindSubmodule, nil
+		}
+	}
+	return false, nil
+}
+
 // Save stores content as the file at path, byte for byte. Content equal to
 // the base forgets the edit. It returns the new ETag.
 func (s *Service) Save(ctx context.Context, sess *Session, path string, content []byte, cond Precondition) (string, error) {
@@ -256,7 +279,7 @@ func (s *Service) Changes(ctx context.Context, sess *Session) ([]Change, error) 
 		c := Change{Path: e.Path, Status: Modified}
 		if e.Deleted {
 			c.Status = Deleted
-		} else if _, exists, err := s.baseFile(ctx, sess, e.Path); err != nil {
+		} else if exists, err := s.inBase(ctx, sess, e.Path); err != nil {
 			return nil, err
 		} else if !exists {
 			c.Status = Added
