@@ -400,7 +400,7 @@ func TestStartTakesOverDataOfAnotherUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	if acct == nil || acct.name == "nobody" {
-		t.Skip("needs root and a postgres user")
+		t.Skip("precondition: running the cluster as the postgres user needs root and that user")
 	}
 	t.Parallel()
 	dir := clusterDir(t)
@@ -680,7 +680,7 @@ func TestCheckAncestorsNamesTheFolder(t *testing.T) {
 
 func TestStartRefusesUnreachableDirAsRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("only root switches to another user")
+		t.Skip("precondition: switching to another user needs root")
 	}
 	t.Parallel()
 	base := filepath.Dir(clusterDir(t))

@@ -43,7 +43,7 @@ func nextUID() uint32 { return uidBase + uidNext.Add(1) }
 func needRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: sandboxed commands switch to session uids, unshare a network namespace and use cgroups")
+		t.Skip("precondition: root, since sandboxed commands switch to session uids, unshare a network namespace and use cgroups")
 	}
 }
 

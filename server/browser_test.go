@@ -167,7 +167,7 @@ func TestBrowserCodePage(t *testing.T) {
 	if _, err := h.app.Auth.CreateUser(t.Context(), "reader", "reader-password", false); err != nil {
 		t.Fatal(err)
 	}
-	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"reader"}, "role": {"member"}})
+	owner.addMember(id, "reader", "member")
 
 	ctx := browser(t)
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
@@ -303,8 +303,7 @@ func TestBrowserEditSession(t *testing.T) {
 func TestBrowserIdleWarning(t *testing.T) {
 	h := newHarness(t)
 	owner, id := editable(t, h)
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	_, base := owner.session(id)
 	ctx := browser(t)
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 	err := do(ctx,

@@ -118,7 +118,7 @@ func TestCodePageContainer(t *testing.T) {
 	member := h.user("member", false)
 	outsider := h.user("outsider", false)
 	id := owner.createProject("sample")
-	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"member"}, "role": {"member"}})
+	owner.addMember(id, "member", "member")
 	first := *owner.project(id).CanonicalCommit
 
 	// An empty project has a first commit and an empty tree.

@@ -47,8 +47,7 @@ func TestCommandsBecomeEdits(t *testing.T) {
 	needRoot(t)
 	h := newHarness(t)
 	owner, id := editable(t, h)
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	s, base := owner.session(id)
 	// An edit saved in the editor is in the checkout.
 	owner.put(base, "from-editor.txt", []byte("typed\n"), nil)
 
@@ -128,9 +127,8 @@ func TestCommandsAreConfined(t *testing.T) {
 	h := newHarness(t)
 	owner, id := editable(t, h)
 	other := h.user("other", false)
-	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"other"}, "role": {"admin"}})
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	owner.addMember(id, "other", "admin")
+	_, base := owner.session(id)
 	t2, _ := other.openSession(id)
 	otherBase := "/projects/" + itoa(id) + "/sessions/" + t2.ID
 	other.run(otherBase, "echo secret > mine.txt", "")
@@ -173,8 +171,7 @@ func TestCommandsAreMetered(t *testing.T) {
 	needRoot(t)
 	h := newHarness(t)
 	owner, id := editable(t, h)
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	_, base := owner.session(id)
 	if out, _ := owner.run(base, "true", ""); out.ExitCode != 0 {
 		t.Fatal("first command failed")
 	}
@@ -205,8 +202,7 @@ func TestEndingRemovesTheSandbox(t *testing.T) {
 	needRoot(t)
 	h := newHarness(t)
 	owner, id := editable(t, h)
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	_, base := owner.session(id)
 	out, _ := owner.run(base, "pwd", "")
 	checkout := strings.TrimSpace(out.Stdout)
 	if _, err := os.Stat(checkout); err != nil {
@@ -242,9 +238,8 @@ func TestSandboxNetworkPolicy(t *testing.T) {
 	h := newHarness(t)
 	owner, id := editable(t, h)
 	member := h.user("member", false)
-	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"member"}, "role": {"member"}})
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	owner.addMember(id, "member", "member")
+	_, base := owner.session(id)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(h.srv.URL, "http://"))
 	probe := "(exec 3<>/dev/tcp/127.0.0.1/" + port + ") 2>/dev/null && echo REACHED || echo CUT-OFF"
 

@@ -52,6 +52,23 @@ func (c *client) openSession(id int64) (sessionJSON, int) {
 	return s, res.StatusCode
 }
 
+// session opens (or finds) the caller's session and returns it with its
+// URL.
+func (c *client) session(id int64) (sessionJSON, string) {
+	c.h.t.Helper()
+	s, _ := c.openSession(id)
+	return s, "/projects/" + itoa(id) + "/sessions/" + s.ID
+}
+
+// addMember gives username role in the project, as the members panel does.
+func (c *client) addMember(id int64, username, role string) {
+	c.h.t.Helper()
+	res := c.post("/projects/"+itoa(id)+"/members", url.Values{"username": {username}, "role": {role}}, jsonAccept)
+	if res.StatusCode != http.StatusOK {
+		c.h.t.Fatalf("add %s as %s: %d %s", username, role, res.StatusCode, readBody(res))
+	}
+}
+
 // put saves a file the way the editor does.
 func (c *client) put(base, path string, body []byte, hdr header) *http.Response {
 	h := header{"X-CSRF-Token": c.csrf, "Accept": "application/json"}
@@ -70,7 +87,7 @@ func TestOpenSession(t *testing.T) {
 	h := newHarness(t)
 	owner, id := editable(t, h)
 	other := h.user("other", false)
-	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"other"}, "role": {"admin"}})
+	owner.addMember(id, "other", "admin")
 
 	// 20 concurrent opens by one person: one session.
 	var wg sync.WaitGroup
@@ -131,10 +148,9 @@ func TestSessionIsPrivate(t *testing.T) {
 	admin := h.user("admin2", false)
 	member := h.user("member", false)
 	outsider := h.user("outsider", true)
-	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"admin2"}, "role": {"admin"}})
-	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"member"}, "role": {"member"}})
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	owner.addMember(id, "admin2", "admin")
+	owner.addMember(id, "member", "member")
+	_, base := owner.session(id)
 
 	expectProblem(t, member.post("/projects/"+itoa(id)+"/sessions", nil, jsonAccept), http.StatusForbidden, "forbidden")
 	expectProblem(t, outsider.post("/projects/"+itoa(id)+"/sessions", nil, jsonAccept), http.StatusNotFound, "not_found")
@@ -163,8 +179,7 @@ func TestSessionIsPrivate(t *testing.T) {
 func TestSessionFiles(t *testing.T) {
 	h := newHarness(t)
 	owner, id := editable(t, h)
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	_, base := owner.session(id)
 
 	// Bytes are kept exactly: CRLF, no final newline, non-UTF-8 text.
 	for _, content := range []string{"one\r\ntwo\r\n", "no final newline", "latin1 \xe9t\xe9\n", ""} {
@@ -243,8 +258,7 @@ func TestSessionFiles(t *testing.T) {
 func TestSessionPathLimit(t *testing.T) {
 	h := newHarness(t)
 	owner, id := editable(t, h)
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	_, base := owner.session(id)
 	for i := 0; i < editsession.MaxPaths; i++ {
 		if res := owner.put(base, "many/f"+itoa(int64(i))+".txt", []byte("x"), nil); res.StatusCode != http.StatusNoContent {
 			t.Fatalf("path %d: %d %s", i+1, res.StatusCode, readBody(res))
@@ -298,8 +312,7 @@ func TestSessionEnds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
 			owner, id := editable(t, h)
-			s, _ := owner.openSession(id)
-			base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+			s, base := owner.session(id)
 			owner.put(base, "src/main.go", []byte("edited\n"), nil)
 			if fork, rows := sessionLeftovers(t, h, s.ID); !fork || rows != 1 {
 				t.Fatalf("before the end: fork %v, rows %d", fork, rows)
@@ -329,8 +342,7 @@ func TestSessionEnds(t *testing.T) {
 func TestSessionIdleDeadline(t *testing.T) {
 	h := newHarness(t)
 	owner, id := editable(t, h)
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	_, base := owner.session(id)
 	h.clock.Advance(9 * time.Minute)
 	// Reading the changes list is not activity.
 	owner.get(base+"/changes", jsonAccept)
@@ -386,8 +398,7 @@ func TestSweepAndMaintenance(t *testing.T) {
 func TestSessionSurvivesRestart(t *testing.T) {
 	h := newHarness(t)
 	owner, id := editable(t, h)
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	_, base := owner.session(id)
 	owner.put(base, "src/main.go", []byte("kept\r\nacross"), nil)
 	owner.put(base, "fresh.txt", []byte("new\n"), nil)
 
@@ -426,8 +437,7 @@ func TestSessionReadChainWithoutObjectStore(t *testing.T) {
 	minio := miniotest.Start(t)
 	h := newHarness(t, func(c *Config) { c.S3 = minio.Config("atelier") })
 	owner, id := editable(t, h)
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	_, base := owner.session(id)
 	owner.put(base, "README.md", []byte("# Edited\n"), nil)
 	minio.Kill()
 	for path, want := range map[string]string{"README.md": "# Edited\n", "src/main.go": "package main\n\nfunc main() {}\n"} {

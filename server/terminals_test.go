@@ -81,9 +81,8 @@ func TestTerminalsOverHTTP(t *testing.T) {
 	h := newHarness(t)
 	owner, id := editable(t, h)
 	other := h.user("other", false)
-	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"other"}, "role": {"admin"}})
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	owner.addMember(id, "other", "admin")
+	_, base := owner.session(id)
 
 	term, res := owner.openTerminal(base)
 	if res.StatusCode != http.StatusCreated || !strings.HasPrefix(term.ID, "term_") || term.NextSeq != 1 {
@@ -203,8 +202,7 @@ func TestTerminalLifetime(t *testing.T) {
 	needRoot(t)
 	h := newHarness(t)
 	owner, id := editable(t, h)
-	s, _ := owner.openSession(id)
-	base := "/projects/" + itoa(id) + "/sessions/" + s.ID
+	s, base := owner.session(id)
 	ctx := context.Background()
 
 	// A live shell's lease is renewed.

@@ -130,7 +130,7 @@ func TestCloseUsesInjectedKill(t *testing.T) {
 // TestSlaveOwnerAndMode: the tty is given to the shell's user, mode 0620.
 func TestSlaveOwnerAndMode(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("chown needs root")
+		t.Skip("precondition: giving the tty to another user (chown) needs root")
 	}
 	m := newManager(t, Config{})
 	term := openShell(t, m, `stat -c '%u:%g:%a' "$(tty)"`, Options{SlaveUID: 1234, SlaveGID: 5})
