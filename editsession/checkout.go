@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -33,9 +34,11 @@ type checkout struct {
 	dir, home string
 	uid, gid  uint32
 	// synced maps each path that differs from the base in dir to the
-	// version (UpdatedAt) of the edit it holds; the next sync writes only
-	// edits saved since, so changes a shell made meanwhile are not undone.
-	synced   map[string]time.Time
+	// version of the edit it holds (editVersion); the next sync writes only
+	// edits that changed since, so changes a shell made meanwhile are not
+	// undone. The version is the content, not a time: two saves within one
+	// clock tick must still both reach the checkout.
+	synced   map[string]string
 	lastUsed time.Time
 }
 
@@ -101,7 +104,7 @@ func (s *Service) build(ctx context.Context, sess *Session, co *checkout) error 
 	if err := s.git.Export(ctx, sess.Source.Repo, sess.BaseCommit, co.dir); err != nil {
 		return err
 	}
-	co.synced = map[string]time.Time{}
+	co.synced = map[string]string{}
 	if err := s.sync(ctx, sess, co); err != nil {
 		return err
 	}
@@ -123,13 +126,13 @@ func (s *Service) sync(ctx context.Context, sess *Session, co *checkout) error {
 	current := map[string]bool{}
 	for _, e := range edits {
 		current[e.Path] = true
-		if at, ok := co.synced[e.Path]; ok && at.Equal(e.UpdatedAt) {
+		if v, ok := co.synced[e.Path]; ok && v == editVersion(&e) {
 			continue
 		}
 		if err := replaceFile(root, e.Path, e.Content, !e.Deleted, co.uid, co.gid); err != nil {
 			return fmt.Errorf("editsession: checkout %s: %w", e.Path, err)
 		}
-		co.synced[e.Path] = e.UpdatedAt
+		co.synced[e.Path] = editVersion(&e)
 	}
 	for p := range co.synced {
 		if current[p] {
@@ -149,19 +152,24 @@ func (s *Service) sync(ctx context.Context, sess *Session, co *checkout) error {
 
 // replaceFile removes whatever is at p (never following a link the
 // session's user may have left there) and, when exists, writes content.
+// What it creates belongs to the session's user with the modes an editor
+// under umask 022 would give, and a file that was executable stays so: the
+// person's own tools must be able to change it and the folders around it.
 func replaceFile(root *os.Root, p string, content []byte, exists bool, uid, gid uint32) error {
+	perm := fs.FileMode(0o644)
+	if fi, err := root.Lstat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		perm = 0o755
+	}
 	if err := root.RemoveAll(p); err != nil {
 		return err
 	}
 	if !exists {
 		return nil
 	}
-	if dir := path.Dir(p); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
+	if err := mkdirAllOwned(root, path.Dir(p), uid, gid); err != nil {
+		return err
 	}
-	f, err := root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return err
 	}
@@ -173,6 +181,25 @@ func replaceFile(root *os.Root, p string, content []byte, exists bool, uid, gid 
 		err = root.Lchown(p, int(uid), int(gid))
 	}
 	return err
+}
+
+// mkdirAllOwned creates the folders of dir that are missing, each 0755 and
+// owned by the session's user; folders that exist are left as they are.
+func mkdirAllOwned(root *os.Root, dir string, uid, gid uint32) error {
+	if dir == "." || dir == "" {
+		return nil
+	}
+	if err := mkdirAllOwned(root, path.Dir(dir), uid, gid); err != nil {
+		return err
+	}
+	err := root.Mkdir(dir, 0o755)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return root.Lchown(dir, int(uid), int(gid))
 }
 
 // chownTree gives a freshly built tree to the session's user, without
@@ -314,11 +341,20 @@ func (s *Service) markDiverged(ctx context.Context, sess *Session, co *checkout)
 	if err != nil {
 		return err
 	}
-	co.synced = map[string]time.Time{}
-	for _, e := range edits {
-		co.synced[e.Path] = e.UpdatedAt
+	co.synced = map[string]string{}
+	for i := range edits {
+		co.synced[edits[i].Path] = editVersion(&edits[i])
 	}
 	return nil
+}
+
+// editVersion names what an edit makes of its path: deleted, or the
+// content's blob id.
+func editVersion(e *models.SessionFile) string {
+	if e.Deleted {
+		return "deleted"
+	}
+	return gitBlobID(e.Content)
 }
 
 // walkCheckout reads every regular file of dir through an os.Root, never

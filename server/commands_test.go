@@ -256,3 +256,38 @@ func TestSandboxNetworkPolicy(t *testing.T) {
 		t.Fatalf("allow: %+v", out)
 	}
 }
+
+// Folders the editor creates in a live checkout belong to the session's
+// user, so the person's own commands can write in them; a saved script
+// keeps its executable bit.
+func TestEditorSavesBelongToTheSessionUser(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	_, base := owner.session(id)
+	// The first command builds the checkout; saves after it land in it.
+	if out, _ := owner.run(base, "printf '#!/bin/sh\\necho one\\n' > run.sh && chmod +x run.sh", ""); out.ExitCode != 0 {
+		t.Fatalf("first command %+v", out)
+	}
+	if res := owner.put(base, "newdir/sub/x.txt", []byte("typed\n"), nil); res.StatusCode >= 300 {
+		t.Fatalf("save: %d %s", res.StatusCode, readBody(res))
+	}
+	_, etag, _ := owner.read(base, "run.sh")
+	if res := owner.put(base, "run.sh", []byte("#!/bin/sh\necho two\n"), header{"If-Match": etag}); res.StatusCode >= 300 {
+		t.Fatalf("save run.sh: %d %s", res.StatusCode, readBody(res))
+	}
+	out, _ := owner.run(base, "touch newdir/y newdir/sub/z && cat newdir/sub/x.txt && ./run.sh && stat -c '%a %u' newdir newdir/sub newdir/sub/x.txt && id -u", "")
+	if out.ExitCode != 0 {
+		t.Fatalf("the session's user cannot write where the editor saved: %+v", out)
+	}
+	lines := strings.Split(strings.TrimSpace(out.Stdout), "\n")
+	if len(lines) != 6 || lines[0] != "typed" || lines[1] != "two" {
+		t.Fatalf("output %q", out.Stdout)
+	}
+	uid := lines[5]
+	for i, want := range []string{"755 " + uid, "755 " + uid, "644 " + uid} {
+		if lines[2+i] != want {
+			t.Fatalf("mode and owner %q, want %q (output %q)", lines[2+i], want, out.Stdout)
+		}
+	}
+}
