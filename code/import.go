@@ -61,10 +61,14 @@ func (s *Service) Import(ctx context.Context, acc *projects.Access, in ImportInp
 	case in.Source != "":
 		sourceHead, err := s.git.FetchInto(ctx, repo, in.Source, acc.User.IsAdmin)
 		var gitErr *gitsvc.GitError
-		if errors.As(err, &gitErr) {
-			// git's own words may quote the URL with its credentials; the
-			// person gets the sanitized source and the log the exit status.
-			s.log.Warn("import fetch failed", "project", p.ID, "source", gitsvc.SanitizeURL(in.Source), "exit", gitErr.ExitCode)
+		if errors.As(err, &gitErr) || errors.Is(err, gitsvc.ErrUnreachable) {
+			// git's own words and a resolver's name servers are not for the
+			// person; they get the sanitized source, the log the exit status.
+			if gitErr != nil {
+				s.log.Warn("import fetch failed", "project", p.ID, "source", gitsvc.SanitizeURL(in.Source), "exit", gitErr.ExitCode)
+			} else {
+				s.log.Warn("import fetch failed", "project", p.ID, "err", err)
+			}
 			return "", fmt.Errorf("%w: %s", ErrSourceFailed, gitsvc.SanitizeURL(in.Source))
 		}
 		if err != nil {

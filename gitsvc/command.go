@@ -196,6 +196,10 @@ type runOpts struct {
 	env      []string  // added to the fixed environment
 	stdin    io.Reader // default: empty
 	stdout   io.Writer // streams stdout here instead of returning it (no MaxOutput limit)
+	// config are "key=value" settings given with -c, after the fixed ones.
+	config []string
+	// extraFiles are inherited by git as fd 3 onwards.
+	extraFiles []*os.File
 	// protocols is GIT_ALLOW_PROTOCOL. Empty allows no transport at all, so
 	// a repository's config (a promisor remote, say) cannot make a read
 	// reach out to the network or run a helper.
@@ -218,6 +222,9 @@ func (s *Service) cmd(ctx context.Context, c *command, o runOpts) (*exec.Cmd, []
 		"-c", "core.fsmonitor=false",
 		"-c", "core.hooksPath=/dev/null",
 	}
+	for _, kv := range o.config {
+		args = append(args, "-c", kv)
+	}
 	dir := o.dir
 	if o.repo != nil {
 		args = append(args, "--git-dir="+o.repo.gitDir())
@@ -233,6 +240,7 @@ func (s *Service) cmd(ctx context.Context, c *command, o runOpts) (*exec.Cmd, []
 	cmd := exec.CommandContext(ctx, s.git, args...)
 	cmd.Dir = dir
 	cmd.Env = s.environ(o)
+	cmd.ExtraFiles = o.extraFiles
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
 		err := unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
@@ -256,7 +264,7 @@ func (s *Service) environ(o runOpts) []string {
 		"GIT_CONFIG_NOSYSTEM=1",
 		"GIT_ATTR_NOSYSTEM=1",
 		"GIT_TERMINAL_PROMPT=0",
-		"GIT_SSH_COMMAND=ssh -o BatchMode=yes",
+		"GIT_SSH_COMMAND=" + s.sshCommand(),
 		"GIT_ALLOW_PROTOCOL=" + o.protocols,
 	}
 	// Without a repository git searches upwards; a folder that is no
@@ -268,6 +276,20 @@ func (s *Service) environ(o runOpts) []string {
 		}
 	}
 	return append(env, o.env...)
+}
+
+// sshCommand is how git runs ssh: with none of root's keys, agent, config
+// or known hosts, and never asking anything. Host keys are learnt on first
+// use into the service's own HOME.
+func (s *Service) sshCommand() string {
+	known := filepath.Join(s.home, "known_hosts")
+	return "ssh -F /dev/null -o BatchMode=yes -o IdentitiesOnly=yes -o IdentityFile=none -o IdentityAgent=none" +
+		" -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile=" + shellQuote(known)
+}
+
+// shellQuote quotes s for sh, which runs GIT_SSH_COMMAND.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // run runs c to completion and returns its stdout. On failure the error is

@@ -3,6 +3,7 @@ package gitsvc
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 )
@@ -13,16 +14,27 @@ const importRef = "refs/atelier/import"
 // FetchInto fetches the HEAD of source, with its history, into r as
 // refs/atelier/import, under r's write lock, and returns that commit.
 //
-// source is an https, http, ssh or git URL, or scp-style user@host:path.
-// Only with allowLocal may it be an absolute path on this server or a
-// file:// URL: such a source can read any repository the server can.
-// Remote helpers (ext::, fd::, any "<transport>::"), other schemes,
+// source is an https, http or git URL, for trusted callers (site admins)
+// also an ssh URL, scp-style user@host:path, an absolute path on this
+// server or a file:// URL: such a source can read any repository the server
+// can. Remote helpers (ext::, fd::, any "<transport>::"), other schemes,
 // relative paths and anything starting with '-' are ErrBadArgument, before
 // git runs; git is also told to allow only the one transport the source
-// needs (GIT_ALLOW_PROTOCOL). A source without a HEAD is ErrNotFound. Pass
-// a longer WithCommandTimeout for big repositories.
-func (s *Service) FetchInto(ctx context.Context, r *Repo, source string, allowLocal bool) (sourceHead string, err error) {
-	protocol, err := sourceProtocol(source, allowLocal)
+// needs (GIT_ALLOW_PROTOCOL).
+//
+// For others, a source whose host is or resolves to a loopback, private,
+// link-local or otherwise internal address, or one of the server's own, is
+// ErrSourceNotAllowed unless Config.AllowNetworks lists it, and git
+// connects only to the addresses checked. ssh is ErrSourceNotAllowed too.
+// A host that does not resolve is ErrUnreachable.
+//
+// A user and password in an http(s) URL reach git through a credential
+// helper reading a pipe, never through its arguments or environment, and
+// no redirect is followed, so they go to the host named and nowhere else.
+// A source without a HEAD is ErrNotFound. Pass a longer WithCommandTimeout
+// for big repositories.
+func (s *Service) FetchInto(ctx context.Context, r *Repo, source string, trusted bool) (sourceHead string, err error) {
+	src, err := s.prepareSource(ctx, source, trusted)
 	if err != nil {
 		return "", err
 	}
@@ -31,10 +43,33 @@ func (s *Service) FetchInto(ctx context.Context, r *Repo, source string, allowLo
 		return "", err
 	}
 	defer release()
+	o := runOpts{repo: r, protocols: src.protocol, config: []string{"http.followRedirects=false"}}
+	if src.resolve != "" {
+		o.config = append(o.config, "http.curloptResolve="+src.resolve)
+	}
+	if src.credentials != nil {
+		rd, wr, err := os.Pipe()
+		if err != nil {
+			return "", fmt.Errorf("gitsvc: credentials pipe: %w", err)
+		}
+		defer rd.Close()
+		// They fit the pipe's buffer (maxCredentials), so writing cannot
+		// wait for a reader.
+		_, err = wr.Write(src.credentials)
+		if cerr := wr.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return "", fmt.Errorf("gitsvc: credentials pipe: %w", err)
+		}
+		o.extraFiles = []*os.File{rd}
+		// The empty value drops any helper configured before this one.
+		o.config = append(o.config, "credential.helper=", "credential.helper="+credentialHelper)
+	}
 	c := newCommand("fetch", "--quiet", "--no-tags", "--no-recurse-submodules",
 		"--no-auto-maintenance", "--no-write-fetch-head", "--end-of-options").
-		url(source).lit("+HEAD:" + importRef)
-	_, err = s.run(ctx, c, runOpts{repo: r, protocols: protocol})
+		url(src.url).lit("+HEAD:" + importRef)
+	_, err = s.run(ctx, c, o)
 	if err != nil {
 		msg := stderrOf(err)
 		switch {
@@ -50,7 +85,7 @@ func (s *Service) FetchInto(ctx context.Context, r *Repo, source string, allowLo
 
 // sourceProtocol classifies source the way git will and returns the one
 // transport it may use, or ErrBadArgument.
-func sourceProtocol(source string, allowLocal bool) (string, error) {
+func sourceProtocol(source string, trusted bool) (string, error) {
 	refuse := func(why string) (string, error) {
 		return "", fmt.Errorf("%w: source %q: %s", ErrBadArgument, SanitizeURL(source), why)
 	}
@@ -73,7 +108,7 @@ func sourceProtocol(source string, allowLocal bool) (string, error) {
 		case "ssh", "git+ssh", "ssh+git":
 			protocol = "ssh"
 		case "file":
-			if !allowLocal {
+			if !trusted {
 				return refuse("local repositories are not allowed")
 			}
 			return "file", nil
@@ -90,7 +125,7 @@ func sourceProtocol(source string, allowLocal bool) (string, error) {
 		return protocol, nil
 	}
 	if filepath.IsAbs(source) {
-		if !allowLocal {
+		if !trusted {
 			return refuse("local repositories are not allowed")
 		}
 		return "file", nil

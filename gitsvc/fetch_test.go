@@ -163,7 +163,7 @@ func TestFetchIntoHidesCredentials(t *testing.T) {
 	s := newService(t)
 	r, _ := mustCreate(t, s, "p")
 	// Nothing listens on port 1: the fetch fails at once.
-	_, err := s.FetchInto(ctx, r, "https://user:s3cret@127.0.0.1:1/r.git", false)
+	_, err := s.FetchInto(ctx, r, "https://user:s3cret@127.0.0.1:1/r.git", true)
 	if err == nil {
 		t.Fatal("fetch from nowhere worked")
 	}

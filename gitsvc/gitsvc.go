@@ -8,9 +8,11 @@
 package gitsvc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +32,11 @@ var (
 	ErrConflict = errors.New("gitsvc: branch moved")
 	// ErrNotBlob means a path names a folder or a submodule, not a file.
 	ErrNotBlob = errors.New("gitsvc: not a file")
+	// ErrSourceNotAllowed is a fetch source this caller may not use: one on
+	// a network behind the server, or ssh for someone not trusted.
+	ErrSourceNotAllowed = errors.New("gitsvc: source not allowed")
+	// ErrUnreachable is a source whose host could not be resolved.
+	ErrUnreachable = errors.New("gitsvc: source unreachable")
 )
 
 // Config is what the service needs; zero values take the defaults below.
@@ -40,6 +47,9 @@ type Config struct {
 	LockWait  time.Duration // longest wait for a repository lock; default 30 s
 	MaxOutput int64         // most bytes read from one process's stdout; default 256 MiB
 	Log       *slog.Logger  // default: discard
+	// AllowNetworks are networks an untrusted fetch may reach although
+	// they are private, loopback or the server's own (see addressAllowed).
+	AllowNetworks []netip.Prefix
 }
 
 const (
@@ -81,6 +91,8 @@ type Service struct {
 	maxOutput int64
 	log       *slog.Logger
 	locks     *reservations
+	allow     []netip.Prefix
+	lookup    func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 // Repo is one repository. GitDir is the common git directory (shared by all
@@ -131,6 +143,8 @@ func New(cfg Config) (*Service, error) {
 		maxOutput: cfg.MaxOutput,
 		log:       cfg.Log,
 		locks:     newReservations(),
+		allow:     cfg.AllowNetworks,
+		lookup:    lookupHost,
 	}
 	if s.git == "" {
 		s.git = "git"

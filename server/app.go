@@ -88,7 +88,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
-	git, err := gitsvc.New(gitsvc.Config{Root: cfg.GitDir(), Log: log})
+	git, err := gitsvc.New(gitsvc.Config{Root: cfg.GitDir(), Log: log, AllowNetworks: cfg.ImportAllowNetworks})
 	if err != nil {
 		return nil, err
 	}

@@ -4,9 +4,12 @@ package server
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"atelier/editsession"
 	"atelier/meter"
@@ -29,6 +32,10 @@ type Config struct {
 	Sessions       editsession.Config // CODE_SESSION_IDLE_MS, CODE_SESSION_MAX_MS
 	Sandbox        sandbox.Config     // ATELIER_SANDBOX_UID_BASE, ATELIER_SANDBOX_UID_COUNT
 	SandboxCap     int64              // SANDBOX_MONTHLY_SECONDS: each project's default monthly cap
+
+	// ImportAllowNetworks (ATELIER_IMPORT_ALLOW_CIDRS) are internal networks
+	// git sources of people other than site admins may still come from.
+	ImportAllowNetworks []netip.Prefix
 }
 
 // LoadConfig reads the configuration through getenv (os.Getenv in main).
@@ -82,6 +89,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return cfg, fmt.Errorf("config: ATELIER_IMPORT_MAX_BYTES must be a number of bytes (at least 1024), got %q", v)
 		}
 		cfg.MaxImportBytes = n
+	}
+	for _, v := range strings.FieldsFunc(getenv("ATELIER_IMPORT_ALLOW_CIDRS"), func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return cfg, fmt.Errorf("config: ATELIER_IMPORT_ALLOW_CIDRS must list networks such as 10.0.0.0/8 or fd00::/8, got %q", v)
+		}
+		cfg.ImportAllowNetworks = append(cfg.ImportAllowNetworks, p.Masked())
 	}
 	cfg.Sandbox = sandbox.Config{UIDBase: sandbox.DefaultUIDBase, UIDCount: sandbox.DefaultUIDCount}
 	cfg.SandboxCap = meter.DefaultCap

@@ -38,6 +38,7 @@ type harness struct {
 	app   *App
 	srv   *httptest.Server
 	clock *clock
+	logs  *logBuffer // the server's log, every level
 }
 
 // clock is the harness's time: the real time when it started, moved only
@@ -99,7 +100,12 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	if os.Getenv("ATELIER_TEST_LOG") == "debug" {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
+	logs := &logBuffer{}
+	log := slog.New(slog.NewMultiHandler(
+		slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}),
+		// Every line at every level, for tests of what the server logs.
+		slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}),
+	))
 	clk := &clock{now: time.Now()}
 	app, err := New(context.Background(), cfg, store, log, clk.Now)
 	if err != nil {
@@ -109,7 +115,25 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	t.Cleanup(srv.Close)
 	t.Cleanup(app.Events.Close)
 	t.Cleanup(func() { app.Shells.Close(); app.Sandbox.Close() })
-	return &harness{t: t, cfg: cfg, store: store, app: app, srv: srv, clock: clk}
+	return &harness{t: t, cfg: cfg, store: store, app: app, srv: srv, clock: clk, logs: logs}
+}
+
+// logBuffer keeps what the server logged.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // client is one browser: a cookie jar, no automatic redirects, and the CSRF

@@ -84,6 +84,7 @@ var problems = []struct {
 	{gitsvc.ErrNotFound, http.StatusNotFound, "not_found", "Not found.", false},
 	{syscall.ENOTDIR, http.StatusNotFound, "not_found", "No such folder.", false},
 	{syscall.ELOOP, http.StatusBadRequest, "link_loop", "The path goes round a loop of symbolic links.", false},
+	{gitsvc.ErrSourceNotAllowed, http.StatusForbidden, "source_not_allowed", "", true},
 	{gitsvc.ErrBadArgument, http.StatusBadRequest, "bad_source", "", true},
 	{gitsvc.ErrBusy, http.StatusServiceUnavailable, "repository_busy", "The repository is busy; try again in a moment.", false},
 	{editsession.ErrNotFound, http.StatusNotFound, "not_found", "There is no such session.", false},
