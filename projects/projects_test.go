@@ -1,0 +1,191 @@
+package projects_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"atelier/auth"
+	"atelier/gitsvc"
+	"atelier/internal/dbtest"
+	"atelier/models"
+	"atelier/pgembed/pgtest"
+	"atelier/projects"
+	"atelier/storage"
+	"atelier/storage/codestore"
+	"atelier/workspace"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fixture is a Service over a real database, real git and a local object
+// store, with one Container project and its people.
+type fixture struct {
+	svc     *projects.Service
+	store   *models.Store
+	project *models.Project
+	people  map[string]*models.User // owner, admin, member, outsider
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	store := dbtest.Store(t)
+	ws, err := workspace.New(filepath.Join(dir, "workspaces"), []string{filepath.Join(dir, "data")}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	git, err := gitsvc.New(gitsvc.Config{Root: filepath.Join(dir, "git"), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects, err := storage.NewLocal(filepath.Join(dir, "objects"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := codestore.New(objects, git, store, log, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{
+		svc:    projects.NewService(store, ws, git, code, time.Now, log),
+		store:  store,
+		people: map[string]*models.User{},
+	}
+	for _, name := range []string{"owner", "admin", "member", "outsider"} {
+		u := &models.User{Username: name, PasswordHash: "x"}
+		if err := store.CreateUser(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		f.people[name] = u
+	}
+	if f.project, err = f.svc.Create(ctx, f.people["owner"], projects.CreateInput{Name: "Matrix"}); err != nil {
+		t.Fatal(err)
+	}
+	owner := f.access(t, "owner", auth.ProjectOwn)
+	for _, role := range []auth.Role{auth.RoleAdmin, auth.RoleMember} {
+		if err := f.svc.SetMember(ctx, owner, string(role), role); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+func (f *fixture) access(t *testing.T, who string, action auth.Action) *projects.Access {
+	t.Helper()
+	acc, err := f.svc.Authorize(context.Background(), f.people[who], f.project.ID, action)
+	if err != nil {
+		t.Fatalf("%s may not %s: %v", who, action, err)
+	}
+	return acc
+}
+
+// Who may do what in a project, active and archived: the rule lives in
+// Authorize, so it is pinned here, next to it.
+func TestAuthorizeMatrix(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	forbidden, archived, notFound := auth.ErrForbidden, projects.ErrArchived, projects.ErrNotFound
+	type want map[auth.Action]error
+	matrix := map[string]want{
+		"owner":    {auth.CodeRead: nil, auth.CodeEdit: nil, auth.ProjectManage: nil, auth.ProjectOwn: nil},
+		"admin":    {auth.CodeRead: nil, auth.CodeEdit: nil, auth.ProjectManage: nil, auth.ProjectOwn: forbidden},
+		"member":   {auth.CodeRead: nil, auth.CodeEdit: forbidden, auth.ProjectManage: forbidden, auth.ProjectOwn: forbidden},
+		"outsider": {auth.CodeRead: notFound, auth.CodeEdit: notFound, auth.ProjectManage: notFound, auth.ProjectOwn: notFound},
+	}
+	check := func(state string, edit func(who string, w error) error) {
+		for who, actions := range matrix {
+			for action, w := range actions {
+				if action == auth.CodeEdit {
+					w = edit(who, w)
+				}
+				t.Run(fmt.Sprintf("%s/%s/%s", state, who, action), func(t *testing.T) {
+					acc, err := f.svc.Authorize(ctx, f.people[who], f.project.ID, action)
+					if !errors.Is(err, w) || (w == nil) != (acc != nil) {
+						t.Fatalf("got %v (access %v), want %v", err, acc != nil, w)
+					}
+					if acc != nil && (acc.User.ID != f.people[who].ID || acc.Project.ID != f.project.ID) {
+						t.Fatalf("access for the wrong person or project: %+v", acc)
+					}
+				})
+			}
+		}
+	}
+	check("active", func(_ string, w error) error { return w })
+
+	if err := f.svc.Archive(ctx, f.access(t, "admin", auth.ProjectManage)); err != nil {
+		t.Fatal(err)
+	}
+	// Archived, editing stops for those who could edit; the rest is as it was.
+	check("archived", func(who string, w error) error {
+		if w == nil {
+			return archived
+		}
+		return w
+	})
+
+	// Nobody signed in, and a project that does not exist.
+	if _, err := f.svc.Authorize(ctx, nil, f.project.ID, auth.CodeRead); !errors.Is(err, auth.ErrSignInRequired) {
+		t.Fatalf("anonymous: %v", err)
+	}
+	if _, err := f.svc.Authorize(ctx, f.people["owner"], f.project.ID+1000, auth.CodeRead); !errors.Is(err, notFound) {
+		t.Fatalf("missing project: %v", err)
+	}
+}
+
+// Roles change only as ownership allows, and a project never loses its
+// last owner.
+func TestMembershipRules(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	admin := f.access(t, "admin", auth.ProjectManage)
+	owner := f.access(t, "owner", auth.ProjectOwn)
+
+	cases := []struct {
+		name string
+		acc  *projects.Access
+		user string
+		role auth.Role // "" removes
+		want error
+	}{
+		{"an admin cannot make an owner", admin, "member", auth.RoleOwner, auth.ErrForbidden},
+		{"an admin cannot demote the owner", admin, "owner", auth.RoleMember, auth.ErrForbidden},
+		{"an admin cannot remove the owner", admin, "owner", "", auth.ErrForbidden},
+		{"an unknown role", owner, "member", "root", projects.ErrBadRole},
+		{"an unknown person", owner, "nobody", auth.RoleMember, projects.ErrUnknownUser},
+		{"removing a non-member", owner, "outsider", "", projects.ErrUnknownUser},
+		{"the last owner stays", owner, "owner", auth.RoleAdmin, projects.ErrLastOwner},
+		{"an admin adds a member", admin, "outsider", auth.RoleMember, nil},
+		{"the owner makes a second owner", owner, "admin", auth.RoleOwner, nil},
+		{"then the first may step down", owner, "owner", auth.RoleMember, nil},
+	}
+	for _, c := range cases {
+		var err error
+		if c.role == "" {
+			err = f.svc.RemoveMember(ctx, c.acc, c.user)
+		} else {
+			err = f.svc.SetMember(ctx, c.acc, c.user, c.role)
+		}
+		if !errors.Is(err, c.want) {
+			t.Fatalf("%s: got %v, want %v", c.name, err, c.want)
+		}
+	}
+	roles := map[string]string{}
+	members, err := f.svc.Members(ctx, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		roles[m.Username] = m.Role
+	}
+	wantRoles := map[string]string{"owner": "member", "admin": "owner", "member": "member", "outsider": "member"}
+	if fmt.Sprint(roles) != fmt.Sprint(wantRoles) {
+		t.Fatalf("members %v, want %v", roles, wantRoles)
+	}
+}
