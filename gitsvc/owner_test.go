@@ -231,3 +231,32 @@ func TestLocalLockFileFollowsNoLink(t *testing.T) {
 		t.Fatalf("a lock through a linked git dir created a file there: %v", err)
 	}
 }
+
+// Root runs git only in a folder root owns, and git's own ownership check
+// still holds there: a git dir that belongs to someone else, under a
+// folder of root's or the other way round, is refused rather than read by
+// the wrong account.
+func TestLocalOwnershipMismatchIsRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the folders are given to another account")
+	}
+	ctx := testContext(t)
+	s := newService(t)
+	own := newRepo(t)
+	r, err := s.OpenLocal(ctx, own)
+	if err != nil || r.owner != nil {
+		t.Fatalf("OpenLocal of root's own folder = %+v %v, want it run as root", r, err)
+	}
+
+	foreignGitDir, _, _ := hostileRepo(t)
+	if err := os.Lchown(foreignGitDir, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	foreignTop, _, _ := hostileRepo(t)
+	chownTree(t, filepath.Join(foreignTop, ".git"), 0, 0)
+	for name, folder := range map[string]string{"root's folder, another's .git": foreignGitDir, "another's folder, root's .git": foreignTop} {
+		if r, err := s.OpenLocal(ctx, folder); err == nil || !strings.Contains(err.Error(), "dubious ownership") {
+			t.Errorf("%s: OpenLocal = %+v %v, want git's refusal", name, r, err)
+		}
+	}
+}
