@@ -220,11 +220,6 @@ func (s *Service) cmd(ctx context.Context, c *command, o runOpts) (*exec.Cmd, []
 		// on the server for a read.
 		"-c", "core.fsmonitor=false",
 		"-c", "core.hooksPath=/dev/null",
-		// A fork borrows a Local folder's objects through alternates.
-		// Reading objects never reads the folder's config, but a fetch
-		// or push into the fork would run git in the folder to list its
-		// refs; this command lists none instead.
-		"-c", "core.alternateRefsCommand=true",
 	}
 	dir := o.dir
 	if o.repo != nil {

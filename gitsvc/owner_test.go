@@ -170,12 +170,20 @@ func TestLocalRepoRunsAsOwner(t *testing.T) {
 		}
 	}
 
-	// A session's fork borrows the folder's objects as root; it reads
-	// objects only, never the folder's config or its programs.
+	// A session's fork copies the base commit's objects, read as the
+	// owner; root never reads through the folder's objects later, so
+	// the fork works with the folder gone and holds no alternates.
 	fork, err := s.Fork(ctx, r, commit, "fork")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := os.Lstat(filepath.Join(fork.GitDir, "objects", "info", "alternates")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the fork of a folder of someone else's reads it through alternates: %v", err)
+	}
+	if err := os.Rename(folder, folder+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Rename(folder+".gone", folder)
 	if _, entries, err := s.ListAll(ctx, fork, commit); err != nil || len(entries) != 2 {
 		t.Fatalf("ListAll of the fork = %v %v", entries, err)
 	}

@@ -167,8 +167,8 @@ func TestLocalGitRunsAsOwner(t *testing.T) {
 		t.Errorf("remotes %+v", rs)
 	}
 
-	// An edit session forks the folder's repository at its HEAD and reads
-	// through the fork; a command checks the fork out.
+	// An edit session forks the folder's repository at its HEAD and reads,
+	// saves and diffs through the fork; a command checks the fork out.
 	s, sbase := admin.session(id)
 	if s.BaseCommit != head {
 		t.Errorf("session base %s, want HEAD %s", s.BaseCommit, head)
@@ -179,8 +179,14 @@ func TestLocalGitRunsAsOwner(t *testing.T) {
 	if res := admin.get(sbase+"/tree", jsonAccept); res.StatusCode != http.StatusOK {
 		t.Errorf("session tree: %d %s", res.StatusCode, readBody(res))
 	}
-	out, res := admin.run(sbase, "cat README.md", "")
-	if res.StatusCode != http.StatusOK || out.ExitCode != 0 || out.Stdout != "# Hostile\n" {
+	if res := admin.put(sbase, "src/app.py", []byte("print('edited')\n"), nil); res.StatusCode/100 != 2 {
+		t.Errorf("session save: %d %s", res.StatusCode, readBody(res))
+	}
+	if diff := readBody(admin.get(sbase+"/diff?path=src/app.py", nil)); !strings.Contains(diff, "+print('edited')") {
+		t.Errorf("session diff:\n%s", diff)
+	}
+	out, res := admin.run(sbase, "cat README.md src/app.py", "")
+	if res.StatusCode != http.StatusOK || out.ExitCode != 0 || out.Stdout != "# Hostile\nprint('edited')\n" {
 		t.Errorf("command in the session: %d %+v %s", res.StatusCode, out, readBody(res))
 	}
 
