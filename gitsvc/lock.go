@@ -187,7 +187,8 @@ func flockFile(ctx context.Context, name string, write bool, deadline time.Time,
 //
 // A Local folder's git dir belongs to its owner, who may put a link
 // anywhere on the path after it was resolved: no link is followed, so root
-// neither creates nor opens a file elsewhere through one. A file found
+// neither creates nor opens a file elsewhere through one, and a git dir
+// that is not the owner's is refused. A file found
 // there (the owner's, or one they hard-linked) is only ever locked, never
 // written or given away; only a file this call created is chowned.
 func openLockFile(name string, owner *account) (*os.File, error) {
@@ -196,6 +197,19 @@ func openLockFile(name string, owner *account) (*os.File, error) {
 		return nil, err
 	}
 	defer unix.Close(dir)
+	if owner != nil {
+		// The git dir is where git, run as the owner, said it is; a
+		// worktree's commondir file can name any folder. Root makes a
+		// file only in a folder the owner could make it in themselves.
+		var st unix.Stat_t
+		if err := unix.Fstat(dir, &st); err != nil {
+			return nil, &fs.PathError{Op: "stat", Path: filepath.Dir(name), Err: err}
+		}
+		if st.Uid != owner.uid {
+			return nil, fmt.Errorf("%w: git dir %s belongs to uid %d, not to the folder's owner %d",
+				ErrBadArgument, filepath.Dir(name), st.Uid, owner.uid)
+		}
+	}
 	open := func(flags int) (*os.File, error) {
 		flags |= unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK
 		fd, err := unix.Openat(dir, filepath.Base(name), flags, 0o644)

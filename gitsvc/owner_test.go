@@ -268,3 +268,39 @@ func TestLocalOwnershipMismatchIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// The owner's worktree can make git name any folder as the common git dir
+// (its commondir file); the service makes no lock file in one that is not
+// the owner's, such as a root-owned repository elsewhere on the host.
+func TestLocalGitDirOfAnotherAccountIsRefused(t *testing.T) {
+	ctx := testContext(t)
+	s := newService(t)
+	folder, _, _ := hostileRepo(t)
+	base := filepath.Dir(folder)
+	shared := filepath.Join(base, "shared.git") // root's, readable by all
+	tgit(t, base, "init", "-q", "--bare", shared)
+	tgit(t, base, "--git-dir="+shared, "symbolic-ref", "HEAD", "refs/heads/main")
+	private := filepath.Join(base, "private-gitdir")
+	writeFile(t, filepath.Join(private, "HEAD"), "ref: refs/heads/main\n")
+	writeFile(t, filepath.Join(private, "commondir"), shared+"\n")
+	chownTree(t, private, nobody, nobody)
+	if err := os.RemoveAll(filepath.Join(folder, ".git")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(folder, ".git"), "gitdir: "+private+"\n")
+	chownTree(t, folder, nobody, nobody)
+
+	r, err := s.OpenLocal(ctx, folder)
+	if err != nil {
+		t.Fatalf("OpenLocal: %v", err)
+	}
+	if r.GitDir != shared {
+		t.Fatalf("git dir %s, want the crafted %s: the test proves nothing", r.GitDir, shared)
+	}
+	if _, _, err := s.Head(ctx, r); !errors.Is(err, ErrBadArgument) {
+		t.Fatalf("Head through another account's git dir: %v, want ErrBadArgument", err)
+	}
+	if _, err := os.Lstat(filepath.Join(shared, lockName)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a lock file was made in root's repository: %v", err)
+	}
+}
