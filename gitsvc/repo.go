@@ -190,10 +190,10 @@ func (s *Service) OpenLocal(ctx context.Context, folder string) (*Repo, error) {
 // ownerOf is the account git runs as in a folder with these attributes:
 // its owner, or nil (the server itself) when root owns it.
 //
-// A folder root owns is the operator's own: its config could only have
-// been written by root, and git, run as root, still refuses a repository
-// in it that belongs to anyone else (safe.directory, which the service
-// never relaxes). Any other owner's git runs as that owner, never as root
+// A folder root owns is the operator's own, and root runs git there: git
+// itself refuses, as root, a git dir in it that belongs to anyone else
+// (safe.directory, which the service never relaxes), so the config it
+// reads is root's. Any other owner's git runs as that owner, never as root
 // and never with a safe.directory exception: a program the owner named in
 // the folder's config runs with no more rights than the owner has, and
 // whatever git writes there belongs to them.
