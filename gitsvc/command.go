@@ -200,6 +200,9 @@ type runOpts struct {
 	config []string
 	// extraFiles are inherited by git as fd 3 onwards.
 	extraFiles []*os.File
+	// owner, without repo: the account to run as (see Repo.owner); a
+	// repo's own owner wins.
+	owner *account
 	// protocols is GIT_ALLOW_PROTOCOL. Empty allows no transport at all, so
 	// a repository's config (a promisor remote, say) cannot make a read
 	// reach out to the network or run a helper.
@@ -239,9 +242,18 @@ func (s *Service) cmd(ctx context.Context, c *command, o runOpts) (*exec.Cmd, []
 
 	cmd := exec.CommandContext(ctx, s.git, args...)
 	cmd.Dir = dir
-	cmd.Env = s.environ(o)
+	owner := o.owner
+	if o.repo != nil {
+		owner = o.repo.owner
+	}
+	cmd.Env = s.environ(o, owner)
 	cmd.ExtraFiles = o.extraFiles
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if owner != nil {
+		// No supplementary groups: git gets the owner's uid and primary
+		// gid and nothing of root's.
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: owner.uid, Gid: owner.gid, Groups: []uint32{}}
+	}
 	cmd.Cancel = func() error {
 		err := unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
 		if errors.Is(err, unix.ESRCH) {
@@ -254,13 +266,20 @@ func (s *Service) cmd(ctx context.Context, c *command, o runOpts) (*exec.Cmd, []
 }
 
 // environ is the whole environment of a git process: nothing of the
-// server's own environment but PATH reaches git.
-func (s *Service) environ(o runOpts) []string {
+// server's own environment but PATH reaches git. A process running as a
+// folder's owner cannot enter the service's root-only HOME, and needs
+// none: it reads the repository and writes no commits of ours, so it gets
+// no HOME and no global config at all.
+func (s *Service) environ(o runOpts, owner *account) []string {
+	home, global := s.home, filepath.Join(s.home, ".gitconfig")
+	if owner != nil {
+		home, global = "/nonexistent", os.DevNull
+	}
 	env := []string{
 		"PATH=" + s.path,
 		"LC_ALL=C",
-		"HOME=" + s.home,
-		"GIT_CONFIG_GLOBAL=" + filepath.Join(s.home, ".gitconfig"),
+		"HOME=" + home,
+		"GIT_CONFIG_GLOBAL=" + global,
 		"GIT_CONFIG_NOSYSTEM=1",
 		"GIT_ATTR_NOSYSTEM=1",
 		"GIT_TERMINAL_PROMPT=0",

@@ -1,8 +1,11 @@
 package gitsvc
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +16,13 @@ import (
 // copying them: forking costs the same for a repository of ten files or of
 // a million. from must keep commit reachable while the fork lives, which a
 // canonical branch that only moves forward does. Remove it with RemoveRepo.
+//
+// A repository with an owner (a Local folder of someone else's) is not
+// shared: root reading objects through alternates in a folder its owner
+// controls would read whatever the owner points them at later (another
+// repository's objects dir, chained alternates), as root. Its commit and
+// tree are copied instead, read by git running as the owner, and the fork
+// is shallow at commit.
 func (s *Service) Fork(ctx context.Context, from *Repo, commit, name string) (*Repo, error) {
 	if err := checkOIDs([]string{commit}); err != nil {
 		return nil, err
@@ -49,13 +59,46 @@ func (s *Service) initFork(ctx context.Context, from, r *Repo, commit string) er
 	if _, err := s.run(ctx, newCommand("init", "--bare", "--quiet", "--initial-branch=main"), runOpts{dir: r.GitDir}); err != nil {
 		return err
 	}
-	alternates := filepath.Join(r.GitDir, "objects", "info", "alternates")
-	if err := os.WriteFile(alternates, []byte(filepath.Join(from.GitDir, "objects")+"\n"), 0o644); err != nil {
-		return fmt.Errorf("gitsvc: fork: %w", err)
+	if from.owner != nil {
+		if err := s.copySnapshot(ctx, from, r, commit); err != nil {
+			return err
+		}
+	} else {
+		alternates := filepath.Join(r.GitDir, "objects", "info", "alternates")
+		if err := os.WriteFile(alternates, []byte(filepath.Join(from.GitDir, "objects")+"\n"), 0o644); err != nil {
+			return fmt.Errorf("gitsvc: fork: %w", err)
+		}
 	}
 	update := newCommand("update-ref", "--end-of-options", mainRef).val(commit).lit("")
 	if _, err := s.run(ctx, update, runOpts{repo: r}); err != nil {
 		return fmt.Errorf("gitsvc: fork at %s: %w", commit, err)
+	}
+	return nil
+}
+
+// copySnapshot copies commit and every object of its tree from `from` into
+// r: git lists and packs them as from's owner, and r indexes the pack
+// (checking every object's name against its content). History is not
+// copied; r records commit as its shallow boundary.
+func (s *Service) copySnapshot(ctx context.Context, from, r *Repo, commit string) error {
+	list, err := s.run(ctx, newCommand("rev-list", "--objects", "--no-walk", "--end-of-options").val(commit), runOpts{repo: from})
+	if err != nil {
+		return fmt.Errorf("gitsvc: fork: list %s: %w", commit, err)
+	}
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.run(ctx, newCommand("pack-objects", "--stdout", "--quiet"), runOpts{repo: from, stdin: bytes.NewReader(list), stdout: pw})
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	_, err = s.run(ctx, newCommand("index-pack", "--stdin"), runOpts{repo: r, stdin: pr})
+	pr.CloseWithError(io.ErrClosedPipe) // pack-objects stops if index-pack did
+	if err = errors.Join(<-done, err); err != nil {
+		return fmt.Errorf("gitsvc: fork: copy %s: %w", commit, err)
+	}
+	if err := os.WriteFile(filepath.Join(r.GitDir, "shallow"), []byte(commit+"\n"), 0o644); err != nil {
+		return fmt.Errorf("gitsvc: fork: %w", err)
 	}
 	return nil
 }

@@ -104,7 +104,17 @@ type Repo struct {
 	// own is this worktree's private git directory (HEAD, index); "" means
 	// GitDir, as for a bare or main repository.
 	own string
+
+	// owner is the host account every git process on this repository runs
+	// as; nil runs as the server (root). OpenLocal sets it for a folder
+	// that belongs to someone else, so that a program named by the
+	// folder's own config (a filter, a textconv, a hook, a helper) can
+	// never run as root.
+	owner *account
 }
+
+// account is a host account's uid and gid.
+type account struct{ uid, gid uint32 }
 
 // gitDir is the directory git is pointed at for this repository.
 func (r *Repo) gitDir() string {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,17 +37,26 @@ import (
 // The repository methods take this lock themselves, and it is not
 // reentrant: while holding it, call them with the context from Hold instead.
 func (s *Service) Lock(ctx context.Context, gitDir string, write bool) (release func(), err error) {
+	key, err := resolveGitDir(gitDir)
+	if err != nil {
+		return nil, err
+	}
+	return s.lock(ctx, key, write)
+}
+
+// resolveGitDir is the key of gitDir's lock: its real path.
+func resolveGitDir(gitDir string) (string, error) {
 	if !filepath.IsAbs(gitDir) {
-		return nil, fmt.Errorf("%w: git dir %q is not absolute", ErrBadArgument, gitDir)
+		return "", fmt.Errorf("%w: git dir %q is not absolute", ErrBadArgument, gitDir)
 	}
 	key, err := filepath.EvalSymlinks(gitDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("gitsvc: lock %s: %w: %w", gitDir, ErrNotFound, err)
+		return "", fmt.Errorf("gitsvc: lock %s: %w: %w", gitDir, ErrNotFound, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("gitsvc: lock %s: %w", gitDir, err)
+		return "", fmt.Errorf("gitsvc: lock %s: %w", gitDir, err)
 	}
-	return s.lock(ctx, key, write)
+	return key, nil
 }
 
 type heldKey struct{}
@@ -80,6 +90,12 @@ func (s *Service) Hold(ctx context.Context, gitDir string, write bool) (context.
 
 // lock takes the lock of the repository whose resolved git dir is key.
 func (s *Service) lock(ctx context.Context, key string, write bool) (func(), error) {
+	return s.lockAs(ctx, key, write, nil)
+}
+
+// lockAs is lock on a repository that belongs to owner (nil: the server):
+// a lock file it creates there is given to the owner.
+func (s *Service) lockAs(ctx context.Context, key string, write bool, owner *account) (func(), error) {
 	for h, _ := ctx.Value(heldKey{}).(*held); h != nil; h = h.parent {
 		if h.s != s || h.key != key || h.done.Load() {
 			continue
@@ -94,7 +110,7 @@ func (s *Service) lock(ctx context.Context, key string, write bool) (func(), err
 	if err := s.locks.acquire(ctx, key, write, deadline); err != nil {
 		return nil, s.lockError(key, write, err)
 	}
-	f, err := flockFile(ctx, filepath.Join(key, lockName), write, deadline)
+	f, err := flockFile(ctx, filepath.Join(key, lockName), write, deadline, owner)
 	if err != nil {
 		s.locks.release(key, write)
 		return nil, s.lockError(key, write, err)
@@ -130,12 +146,8 @@ func (s *Service) lockError(key string, write bool, err error) error {
 // flockFile opens the lock file, creating it if needed, and locks it.
 // flock(2) cannot be interrupted, so it polls with LOCK_NB and a growing
 // pause until the lock is free, ctx ends or the deadline passes.
-func flockFile(ctx context.Context, name string, write bool, deadline time.Time) (*os.File, error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
-	if errors.Is(err, fs.ErrPermission) || errors.Is(err, unix.EROFS) {
-		// flock works on a read-only descriptor too, if the file exists.
-		f, err = os.Open(name)
-	}
+func flockFile(ctx context.Context, name string, write bool, deadline time.Time, owner *account) (*os.File, error) {
+	f, err := openLockFile(name, owner)
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +180,97 @@ func flockFile(ctx context.Context, name string, write bool, deadline time.Time)
 		}
 		pause = min(2*pause, 100*time.Millisecond)
 	}
+}
+
+// openLockFile opens the lock file name, a resolved path, creating it for
+// owner (nil: the server) when it is missing.
+//
+// A Local folder's git dir belongs to its owner, who may put a link
+// anywhere on the path after it was resolved: no link is followed, so root
+// neither creates nor opens a file elsewhere through one, and a git dir
+// that is not the owner's is refused. A file found
+// there (the owner's, or one they hard-linked) is only ever locked, never
+// written or given away; only a file this call created is chowned.
+func openLockFile(name string, owner *account) (*os.File, error) {
+	dir, err := openDirNoLinks(filepath.Dir(name))
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dir)
+	if owner != nil {
+		// The git dir is where git, run as the owner, said it is; a
+		// worktree's commondir file can name any folder. Root makes a
+		// file only in a folder the owner could make it in themselves.
+		var st unix.Stat_t
+		if err := unix.Fstat(dir, &st); err != nil {
+			return nil, &fs.PathError{Op: "stat", Path: filepath.Dir(name), Err: err}
+		}
+		if st.Uid != owner.uid {
+			return nil, fmt.Errorf("%w: git dir %s belongs to uid %d, not to the folder's owner %d",
+				ErrBadArgument, filepath.Dir(name), st.Uid, owner.uid)
+		}
+	}
+	open := func(flags int) (*os.File, error) {
+		flags |= unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK
+		fd, err := unix.Openat(dir, filepath.Base(name), flags, 0o644)
+		if err != nil {
+			return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+		}
+		return os.NewFile(uintptr(fd), name), nil
+	}
+	f, err := open(unix.O_RDWR | unix.O_CREAT | unix.O_EXCL)
+	if err == nil {
+		if owner != nil {
+			if err := f.Chown(int(owner.uid), int(owner.gid)); err != nil {
+				f.Close()
+				return nil, err
+			}
+		}
+		return f, nil
+	}
+	if errors.Is(err, fs.ErrExist) || errors.Is(err, unix.EROFS) {
+		f, err = open(unix.O_RDWR)
+		if errors.Is(err, fs.ErrPermission) || errors.Is(err, unix.EROFS) {
+			// flock works on a read-only descriptor too.
+			f, err = open(unix.O_RDONLY)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file", name)
+	}
+	return f, nil
+}
+
+// openDirNoLinks opens the folder at the absolute, clean path p one part at
+// a time from /, refusing a link in any part, and returns an O_PATH
+// descriptor for it. (openat2's RESOLVE_NO_SYMLINKS says the same in one
+// call, but container runtimes' seccomp profiles still refuse it.)
+func openDirNoLinks(p string) (int, error) {
+	const flags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return -1, fmt.Errorf("%w: folder %q is not absolute and clean", ErrBadArgument, p)
+	}
+	fd, err := unix.Open("/", flags, 0)
+	if err != nil {
+		return -1, &fs.PathError{Op: "open", Path: "/", Err: err}
+	}
+	for _, part := range strings.Split(p, "/")[1:] {
+		if part == "" {
+			continue // p is "/"
+		}
+		next, err := unix.Openat(fd, part, flags, 0)
+		unix.Close(fd)
+		if err != nil {
+			// ENOTDIR here is a link (or a file) where a folder was.
+			return -1, &fs.PathError{Op: "open", Path: p, Err: err}
+		}
+		fd = next
+	}
+	return fd, nil
 }
 
 // reservations are the in-process halves of repository locks.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 const maxName = 64
@@ -153,14 +154,17 @@ func (s *Service) OpenLocal(ctx context.Context, folder string) (*Repo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gitsvc: open %s: %w", folder, err)
 	}
-	if fi, err := os.Stat(real); err != nil {
+	fi, err := os.Stat(real)
+	if err != nil {
 		return nil, fmt.Errorf("gitsvc: open %s: %w", folder, err)
-	} else if !fi.IsDir() {
+	}
+	if !fi.IsDir() {
 		return nil, fmt.Errorf("%w: %s is not a folder", ErrBadArgument, folder)
 	}
+	owner := ownerOf(fi)
 	c := newCommand("rev-parse", "--path-format=absolute",
 		"--git-common-dir", "--git-dir", "--is-bare-repository", "--is-inside-work-tree")
-	out, err := s.run(ctx, c, runOpts{dir: real})
+	out, err := s.run(ctx, c, runOpts{dir: real, owner: owner})
 	if isNotRepository(err) {
 		return nil, fmt.Errorf("gitsvc: %s: %w: %w", folder, ErrNotRepository, err)
 	}
@@ -171,7 +175,7 @@ func (s *Service) OpenLocal(ctx context.Context, folder string) (*Repo, error) {
 	if len(lines) != 4 || !filepath.IsAbs(lines[0]) || !filepath.IsAbs(lines[1]) {
 		return nil, fmt.Errorf("gitsvc: open %s: unexpected rev-parse output %q", folder, out)
 	}
-	r := &Repo{GitDir: filepath.Clean(lines[0])}
+	r := &Repo{GitDir: filepath.Clean(lines[0]), owner: owner}
 	if own := filepath.Clean(lines[1]); own != r.GitDir {
 		r.own = own
 	}
@@ -181,6 +185,24 @@ func (s *Service) OpenLocal(ctx context.Context, folder string) (*Repo, error) {
 		r.WorkTree = real
 	}
 	return r, nil
+}
+
+// ownerOf is the account git runs as in a folder with these attributes:
+// its owner, or nil (the server itself) when root owns it.
+//
+// A folder root owns is the operator's own, and root runs git there: git
+// itself refuses, as root, a git dir in it that belongs to anyone else
+// (safe.directory, which the service never relaxes), so the config it
+// reads is root's. Any other owner's git runs as that owner, never as root
+// and never with a safe.directory exception: a program the owner named in
+// the folder's config runs with no more rights than the owner has, and
+// whatever git writes there belongs to them.
+func ownerOf(fi os.FileInfo) *account {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid == 0 {
+		return nil
+	}
+	return &account{uid: st.Uid, gid: st.Gid}
 }
 
 func checkRepo(r *Repo) error {
@@ -195,7 +217,17 @@ func (s *Service) rlock(ctx context.Context, r *Repo, write bool) (func(), error
 	if err := checkRepo(r); err != nil {
 		return nil, err
 	}
-	return s.Lock(ctx, r.GitDir, write)
+	if r.owner != nil {
+		// OpenLocal's GitDir is the real path git found. Resolving it
+		// again would follow a link its owner put in since; the lock
+		// file is opened without following any instead.
+		return s.lockAs(ctx, r.GitDir, write, r.owner)
+	}
+	key, err := resolveGitDir(r.GitDir)
+	if err != nil {
+		return nil, err
+	}
+	return s.lockAs(ctx, key, write, nil)
 }
 
 // Head returns the commit HEAD points at and its branch ("" when HEAD is

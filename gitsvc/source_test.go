@@ -301,7 +301,7 @@ func TestFetchIntoFollowsNoRedirect(t *testing.T) {
 
 func TestSSHRunsWithoutRootsKeys(t *testing.T) {
 	s := newService(t)
-	env := strings.Join(s.environ(runOpts{}), "\n")
+	env := strings.Join(s.environ(runOpts{}, nil), "\n")
 	for _, want := range []string{"-F /dev/null", "BatchMode=yes", "IdentitiesOnly=yes", "IdentityFile=none", "IdentityAgent=none"} {
 		if !strings.Contains(env, want) {
 			t.Errorf("GIT_SSH_COMMAND lacks %s: %s", want, env)
