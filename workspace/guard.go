@@ -14,14 +14,21 @@ import (
 
 // Reasons a Local path is refused; they are stable and machine-readable.
 const (
-	ReasonNotAbsolute     = "path_not_absolute"
-	ReasonNotClean        = "path_not_clean"
-	ReasonNotFound        = "path_not_found"
-	ReasonNotDirectory    = "path_not_directory"
-	ReasonNotWritable     = "path_not_writable"
-	ReasonSystem          = "path_system"
-	ReasonOverlapsServer  = "path_overlaps_server"
-	ReasonUnsafeOwner     = "path_unsafe_owner"
+	ReasonNotAbsolute    = "path_not_absolute"
+	ReasonNotClean       = "path_not_clean"
+	ReasonNotFound       = "path_not_found"
+	ReasonNotDirectory   = "path_not_directory"
+	ReasonNotWritable    = "path_not_writable"
+	ReasonSystem         = "path_system"
+	ReasonOverlapsServer = "path_overlaps_server"
+)
+
+// Reasons of the operator's rules over Local folders.
+const (
+	// ReasonUnsafeOwner: a session user could replace the folder.
+	ReasonUnsafeOwner = "path_unsafe_owner"
+	// ReasonLocalNotAllowed: outside ATELIER_LOCAL_ROOTS, for someone who
+	// is not a site admin.
 	ReasonLocalNotAllowed = "local_not_allowed"
 )
 
