@@ -388,3 +388,27 @@ func TestLocalProjectsFromBeforeIdentities(t *testing.T) {
 		t.Fatalf("adopted row: %+v, %v", p, err)
 	}
 }
+
+func TestLoadConfigLocalRoots(t *testing.T) {
+	load := func(roots string) (Config, error) {
+		return LoadConfig(func(key string) string {
+			if key == "ATELIER_LOCAL_ROOTS" {
+				return roots
+			}
+			return ""
+		})
+	}
+	cfg, err := load("")
+	if err != nil || len(cfg.LocalRoots) != 0 {
+		t.Fatalf("unset: %v, %v; want no folders", cfg.LocalRoots, err)
+	}
+	cfg, err = load("/srv/code::/home/shared:")
+	if err != nil || strings.Join(cfg.LocalRoots, ",") != "/srv/code,/home/shared" {
+		t.Fatalf("two folders: %v, %v", cfg.LocalRoots, err)
+	}
+	for _, bad := range []string{"srv/code", "/srv/code/", "/srv/../etc", "/srv/code:relative"} {
+		if _, err := load(bad); err == nil || !strings.Contains(err.Error(), "ATELIER_LOCAL_ROOTS") {
+			t.Errorf("%q: err = %v, want a refusal naming the setting", bad, err)
+		}
+	}
+}
