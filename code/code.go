@@ -86,12 +86,14 @@ func (s *Service) Head(ctx context.Context, p *models.Project) (Head, error) {
 		}
 		return Head{IsRepo: true, Commit: *p.CanonicalCommit, Branch: "main"}, nil
 	}
-	root, err := s.ws.ScopeRoot(projects.Location(p))
+	loc := projects.Location(p)
+	l, err := s.ws.OpenLocal(loc)
 	if err != nil {
 		return Head{}, err
 	}
-	h := Head{Local: true, Folder: root}
-	repo, err := s.git.OpenLocal(ctx, root)
+	defer l.Close()
+	h := Head{Local: true, Folder: loc.Path}
+	repo, err := s.git.OpenLocal(ctx, l.Path()) // why a path: workspace.LocalFS.Path
 	if errors.Is(err, gitsvc.ErrNotRepository) {
 		return h, nil
 	}
@@ -163,11 +165,7 @@ func (s *Service) Raw(ctx context.Context, p *models.Project, path string, max i
 		if err := workspace.CheckRelPath(path); err != nil {
 			return nil, 0, err
 		}
-		root, err := s.ws.ScopeRoot(projects.Location(p))
-		if err != nil {
-			return nil, 0, err
-		}
-		l, err := workspace.OpenLocalFS(root)
+		l, err := s.ws.OpenLocal(projects.Location(p))
 		if err != nil {
 			return nil, 0, err
 		}
@@ -217,14 +215,11 @@ func (s *Service) source(p *models.Project) (codestore.Source, error) {
 	return codestore.Source{Repo: repo, Commit: *p.CanonicalCommit}, nil
 }
 
-// withLocal opens the Local project's folder as a root no read can leave.
+// withLocal opens the Local project's folder, checked to be the one
+// admitted at creation, as a root no read can leave.
 func withLocal[T any](s *Service, p *models.Project, fn func(*workspace.LocalFS) (T, error)) (T, error) {
 	var zero T
-	root, err := s.ws.ScopeRoot(projects.Location(p))
-	if err != nil {
-		return zero, err
-	}
-	l, err := workspace.OpenLocalFS(root)
+	l, err := s.ws.OpenLocal(projects.Location(p))
 	if err != nil {
 		return zero, err
 	}
@@ -235,11 +230,12 @@ func withLocal[T any](s *Service, p *models.Project, fn func(*workspace.LocalFS)
 // Remotes lists the git remotes of the project's code, without credentials.
 func (s *Service) Remotes(ctx context.Context, p *models.Project) (gitsvc.Remotes, error) {
 	if p.WorkspaceMode == models.ModeLocal {
-		root, err := s.ws.ScopeRoot(projects.Location(p))
+		l, err := s.ws.OpenLocal(projects.Location(p))
 		if err != nil {
 			return gitsvc.Remotes{}, err
 		}
-		return s.git.Remotes(ctx, root)
+		defer l.Close()
+		return s.git.Remotes(ctx, l.Path()) // why a path: workspace.LocalFS.Path
 	}
 	path, err := s.git.CanonicalPath(projects.CanonicalName(p.ID))
 	if err != nil {

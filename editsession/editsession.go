@@ -205,11 +205,12 @@ func (s *Service) base(ctx context.Context, p *models.Project) (string, *gitsvc.
 		}
 		return *p.CanonicalCommit, repo, nil
 	}
-	root, err := s.ws.ScopeRoot(projects.Location(p))
+	l, err := s.ws.OpenLocal(projects.Location(p))
 	if err != nil {
 		return "", nil, err
 	}
-	repo, err := s.git.OpenLocal(ctx, root)
+	defer l.Close()
+	repo, err := s.git.OpenLocal(ctx, l.Path()) // why a path: workspace.LocalFS.Path
 	if errors.Is(err, gitsvc.ErrNotRepository) {
 		return "", nil, ErrNoBase
 	}

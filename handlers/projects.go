@@ -42,13 +42,15 @@ type newProjectView struct {
 	Name, Mode, Path string
 	Problem          *views.Problem
 	Check            *pathCheckView
+	Local            workspace.LocalOffer // where this person may make a Local project
 }
 
 func (v newProjectView) JSON() any { return v.Problem }
 
 // New renders the creation form.
 func (h *Projects) New(c *gin.Context) error {
-	return h.Render.Render(c, http.StatusOK, "project_new", newProjectView{Mode: models.ModeContainer})
+	return h.Render.Render(c, http.StatusOK, "project_new",
+		newProjectView{Mode: models.ModeContainer, Local: h.Projects.LocalOffer(auth.User(c))})
 }
 
 // Create makes a project: 303 to its page, or 201 with it for JSON.
@@ -60,7 +62,7 @@ func (h *Projects) Create(c *gin.Context) error {
 		if prob.Status >= 500 {
 			return err
 		}
-		v := newProjectView{Name: in.Name, Mode: in.Mode, Path: in.Path, Problem: prob}
+		v := newProjectView{Name: in.Name, Mode: in.Mode, Path: in.Path, Problem: prob, Local: h.Projects.LocalOffer(auth.User(c))}
 		var pe *workspace.PathError
 		if errors.As(err, &pe) {
 			v.Check = pathCheckOf(err)
@@ -98,7 +100,7 @@ func (h *Projects) ValidatePath(c *gin.Context) error {
 	if projects.NormalizePath(path) == "" {
 		return h.Render.Render(c, http.StatusOK, "partials/path_check", &pathCheckView{})
 	}
-	err := h.Projects.CheckLocalPath(path)
+	err := h.Projects.CheckLocalPath(auth.User(c), path)
 	var pe *workspace.PathError
 	if err != nil && !errors.As(err, &pe) {
 		return err

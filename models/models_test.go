@@ -68,6 +68,10 @@ func TestProjectModelMirrorsChecks(t *testing.T) {
 		{Name: "c", WorkspaceDirName: "c/d", WorkspaceMode: models.ModeContainer},
 		{Name: "", WorkspaceDirName: "e", WorkspaceMode: models.ModeContainer},
 		{Name: "f", WorkspaceDirName: "f", WorkspaceMode: "docker"},
+		{Name: "g", WorkspaceDirName: "g", WorkspaceMode: models.ModeContainer,
+			WorkspaceRealPath: ptr("/x"), WorkspaceDev: new(int64), WorkspaceIno: new(int64)},
+		{Name: "h", WorkspaceDirName: "h", WorkspaceMode: models.ModeLocal, WorkspacePath: ptr("/x"),
+			WorkspaceRealPath: ptr("/x"), WorkspaceIno: new(int64)},
 	}
 	for _, p := range bad {
 		if err := s.CreateProject(ctx, &p, u.ID); !errors.Is(err, models.ErrInvalid) {
@@ -85,6 +89,54 @@ func TestProjectModelMirrorsChecks(t *testing.T) {
 	var ce *models.ConstraintError
 	if err := s.CreateProject(ctx, &dup, u.ID); !errors.As(err, &ce) || ce.Constraint != "projects_workspace_dir_name_key" {
 		t.Fatalf("duplicate dir name: err = %v", err)
+	}
+}
+
+// A Local folder's identity is recorded once, whole, and only for a Local
+// project; the table refuses anything else even from raw SQL.
+func TestRecordWorkspaceIdentity(t *testing.T) {
+	s := dbtest.Store(t)
+	ctx := context.Background()
+	u := owner(t, s)
+	local := models.Project{Name: "l", WorkspaceDirName: "l", WorkspaceMode: models.ModeLocal, WorkspacePath: ptr("/srv/l")}
+	box := models.Project{Name: "c", WorkspaceDirName: "c", WorkspaceMode: models.ModeContainer}
+	for _, p := range []*models.Project{&local, &box} {
+		if err := s.CreateProject(ctx, p, u.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ps, err := s.LocalProjectsWithoutIdentity(ctx); err != nil || len(ps) != 1 || ps[0].ID != local.ID {
+		t.Fatalf("without identity: %+v, %v", ps, err)
+	}
+	// dev_t and ino_t are unsigned: the top bit survives the round trip.
+	if ok, err := s.RecordWorkspaceIdentity(ctx, local.ID, "/srv/l", -1, -2); err != nil || !ok {
+		t.Fatalf("record: %v, %v", ok, err)
+	}
+	if ok, err := s.RecordWorkspaceIdentity(ctx, local.ID, "/elsewhere", 1, 2); err != nil || ok {
+		t.Fatalf("a recorded identity was replaced: %v, %v", ok, err)
+	}
+	if ok, err := s.RecordWorkspaceIdentity(ctx, box.ID, "/srv/c", 1, 2); err != nil || ok {
+		t.Fatalf("a container project got an identity: %v, %v", ok, err)
+	}
+	got, err := s.ProjectByID(ctx, local.ID)
+	if err != nil || *got.WorkspaceRealPath != "/srv/l" || *got.WorkspaceDev != -1 || *got.WorkspaceIno != -2 {
+		t.Fatalf("recorded %+v, %v", got, err)
+	}
+	if ps, err := s.LocalProjectsWithoutIdentity(ctx); err != nil || len(ps) != 0 {
+		t.Fatalf("without identity after recording: %+v, %v", ps, err)
+	}
+	for constraint, sql := range map[string]string{
+		"projects_workspace_identity_local": "UPDATE projects SET workspace_real_path = '/x', workspace_dev = 1, workspace_ino = 1 WHERE id = ?",
+		"projects_workspace_identity_whole": "UPDATE projects SET workspace_dev = NULL WHERE id = ?",
+	} {
+		id := local.ID
+		if constraint == "projects_workspace_identity_local" {
+			id = box.ID
+		}
+		var ce *models.ConstraintError
+		if err := s.Exec(ctx, sql, id); !errors.As(err, &ce) || ce.Constraint != constraint {
+			t.Errorf("%s: err = %v, want %s", sql, err, constraint)
+		}
 	}
 }
 

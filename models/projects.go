@@ -36,6 +36,13 @@ type Project struct {
 	CreatedBy        *int64     `json:"createdBy"`
 	CreatedAt        time.Time  `json:"createdAt"`
 	ArchivedAt       *time.Time `json:"archivedAt"`
+
+	// The Local folder as admitted at creation (workspace.Identity): set
+	// together, only for a Local project; nil on rows from before they
+	// were recorded. dev and ino are unsigned numbers kept bit for bit.
+	WorkspaceRealPath *string `json:"-" gorm:"check:projects_workspace_identity_local,workspace_mode = 'local' OR workspace_real_path IS NULL"`
+	WorkspaceDev      *int64  `json:"-" gorm:"check:projects_workspace_identity_whole,(workspace_real_path IS NULL) = (workspace_dev IS NULL) AND (workspace_dev IS NULL) = (workspace_ino IS NULL)"`
+	WorkspaceIno      *int64  `json:"-"`
 }
 
 // Validate mirrors the projects table's CHECKs.
@@ -49,6 +56,10 @@ func (p *Project) Validate() error {
 		return fmt.Errorf("%w: workspace mode %q is neither container nor local", ErrInvalid, p.WorkspaceMode)
 	case (p.WorkspaceMode == ModeLocal) != (p.WorkspacePath != nil):
 		return fmt.Errorf("%w: a local project needs a path and a container project has none", ErrInvalid)
+	case (p.WorkspaceRealPath == nil) != (p.WorkspaceDev == nil) || (p.WorkspaceDev == nil) != (p.WorkspaceIno == nil):
+		return fmt.Errorf("%w: a folder's identity is its resolved path, device and inode together", ErrInvalid)
+	case p.WorkspaceRealPath != nil && p.WorkspaceMode != ModeLocal:
+		return fmt.Errorf("%w: only a local project records a folder's identity", ErrInvalid)
 	case p.Status != StatusActive && p.Status != StatusArchived:
 		return fmt.Errorf("%w: project status %q", ErrInvalid, p.Status)
 	case (p.Status == StatusArchived) != (p.ArchivedAt != nil):
@@ -121,6 +132,34 @@ func (s *Store) ArchiveProject(ctx context.Context, id int64, at time.Time) erro
 		return fmt.Errorf("models: archive project %d: %w", id, translate(err))
 	}
 	return nil
+}
+
+// LocalProjectsWithoutIdentity lists the Local projects whose folder's
+// identity was never recorded (rows from before it was).
+func (s *Store) LocalProjectsWithoutIdentity(ctx context.Context) ([]Project, error) {
+	var ps []Project
+	err := s.db.WithContext(ctx).
+		Where("workspace_mode = ? AND workspace_real_path IS NULL", ModeLocal).
+		Order("id").Find(&ps).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: local projects without identity: %w", err)
+	}
+	return ps, nil
+}
+
+// RecordWorkspaceIdentity sets the identity of a Local project's folder
+// where none is recorded yet; one already recorded is never replaced. It
+// reports whether the row was changed.
+func (s *Store) RecordWorkspaceIdentity(ctx context.Context, id int64, realPath string, dev, ino int64) (bool, error) {
+	// UpdateColumns skips BeforeSave, which checks whole rows; the
+	// table's CHECKs guard this partial write.
+	res := s.db.WithContext(ctx).Model(&Project{}).
+		Where("id = ? AND workspace_mode = ? AND workspace_real_path IS NULL", id, ModeLocal).
+		UpdateColumns(map[string]any{"workspace_real_path": realPath, "workspace_dev": dev, "workspace_ino": ino})
+	if res.Error != nil {
+		return false, fmt.Errorf("models: record folder identity of project %d: %w", id, translate(res.Error))
+	}
+	return res.RowsAffected == 1, nil
 }
 
 // DeleteProject removes the project's row and, by cascade, its members.

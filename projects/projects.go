@@ -125,11 +125,20 @@ type CreateInput struct {
 // in the live check: surrounding spaces and newlines from a paste go.
 func NormalizePath(path string) string { return strings.TrimSpace(path) }
 
-// CheckLocalPath runs the Local creation guard; it returns a
-// *workspace.PathError when the folder is refused.
-func (s *Service) CheckLocalPath(path string) error {
-	return s.ws.CheckLocal(NormalizePath(path))
+// CheckLocalPath runs the Local creation rules for user on a typed folder,
+// as Create would; it returns a *workspace.PathError when it is refused.
+func (s *Service) CheckLocalPath(user *models.User, path string) error {
+	_, err := s.ws.AdmitLocal(NormalizePath(path), isSiteAdmin(user))
+	return err
 }
+
+// LocalOffer says where user may create Local projects, for the form to
+// say before they type.
+func (s *Service) LocalOffer(user *models.User) workspace.LocalOffer {
+	return s.ws.LocalOffer(isSiteAdmin(user))
+}
+
+func isSiteAdmin(user *models.User) bool { return user != nil && user.IsAdmin }
 
 // Create makes a project owned by user. A Container project gets its managed
 // folder; a Local project's folder is checked and never written to.
@@ -143,6 +152,7 @@ func (s *Service) Create(ctx context.Context, user *models.User, in CreateInput)
 		mode = models.ModeContainer
 	}
 	var path *string
+	var id workspace.Identity
 	switch mode {
 	case models.ModeContainer:
 		if NormalizePath(in.Path) != "" {
@@ -150,7 +160,8 @@ func (s *Service) Create(ctx context.Context, user *models.User, in CreateInput)
 		}
 	case models.ModeLocal:
 		p := NormalizePath(in.Path)
-		if err := s.ws.CheckLocal(p); err != nil {
+		var err error
+		if id, err = s.ws.AdmitLocal(p, isSiteAdmin(user)); err != nil {
 			return nil, err
 		}
 		path = &p
@@ -166,6 +177,9 @@ func (s *Service) Create(ctx context.Context, user *models.User, in CreateInput)
 			WorkspaceMode:    mode,
 			WorkspacePath:    path,
 			CreatedBy:        &user.ID,
+		}
+		if path != nil {
+			setIdentity(p, id)
 		}
 		err := s.insert(ctx, p, user.ID)
 		if isDirNameTaken(err) {
@@ -276,7 +290,56 @@ func Location(p *models.Project) workspace.Location {
 	if p.WorkspacePath != nil {
 		loc.Path = *p.WorkspacePath
 	}
+	if p.WorkspaceRealPath != nil && p.WorkspaceDev != nil && p.WorkspaceIno != nil {
+		loc.Identity = &workspace.Identity{Path: *p.WorkspaceRealPath, Dev: uint64(*p.WorkspaceDev), Ino: uint64(*p.WorkspaceIno)}
+	}
 	return loc
+}
+
+// setIdentity records the admitted folder in the row; dev_t and ino_t are
+// unsigned and the columns bigint, so they are kept bit for bit.
+func setIdentity(p *models.Project, id workspace.Identity) {
+	dev, ino := int64(id.Dev), int64(id.Ino)
+	p.WorkspaceRealPath, p.WorkspaceDev, p.WorkspaceIno = &id.Path, &dev, &ino
+}
+
+// RecordLocalIdentities adopts the Local projects created before folders'
+// identities were recorded; the server runs it at start, before serving.
+// Each folder must pass today's creation rules as they apply to the
+// project's creator (a creator no longer known counts as not a site
+// admin): the guard, the ownership rule and, for everyone but site admins,
+// ATELIER_LOCAL_ROOTS. What passes is recorded as it is now; what does not
+// stays unrecorded and is never read (409 root_moved) until an operator
+// fixes the folder or the setting and restarts. The first error of the
+// database is returned; refusals are only logged.
+func (s *Service) RecordLocalIdentities(ctx context.Context) error {
+	ps, err := s.store.LocalProjectsWithoutIdentity(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range ps {
+		p := &ps[i]
+		admin := false
+		if p.CreatedBy != nil {
+			u, err := s.store.UserByID(ctx, *p.CreatedBy)
+			if err != nil && !errors.Is(err, models.ErrNotFound) {
+				return err
+			}
+			admin = isSiteAdmin(u)
+		}
+		id, err := s.ws.AdmitLocal(*p.WorkspacePath, admin)
+		if err != nil {
+			s.log.Error("local project not adopted: its folder fails today's creation rules and will not be read",
+				"project", p.ID, "path", *p.WorkspacePath, "err", err)
+			continue
+		}
+		setIdentity(p, id)
+		if _, err := s.store.RecordWorkspaceIdentity(ctx, p.ID, id.Path, *p.WorkspaceDev, *p.WorkspaceIno); err != nil {
+			return err
+		}
+		s.log.Info("local project adopted: its folder's identity is recorded", "project", p.ID, "path", id.Path)
+	}
+	return nil
 }
 
 // CodeReady is the Code tab's gate (workspace.CodeReady).

@@ -88,6 +88,11 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
+	err = ws.SetLocalPolicy(workspace.LocalPolicy{Roots: cfg.LocalRoots,
+		SessionUIDs: workspace.UIDRange{Base: cfg.Sandbox.UIDBase, Count: cfg.Sandbox.UIDCount}})
+	if err != nil {
+		return nil, err
+	}
 	git, err := gitsvc.New(gitsvc.Config{Root: cfg.GitDir(), Log: log, AllowNetworks: cfg.ImportAllowNetworks})
 	if err != nil {
 		return nil, err

@@ -82,7 +82,7 @@ func do(ctx context.Context, steps ...chromedp.Action[chromedp.Void]) error {
 // A person signs in, picks Local, types a bad folder and sees the reason
 // appear as they type, fixes it, creates the project and lands on its page.
 func TestBrowserCreateLocalProject(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, localRootsOfTest(t))
 	if _, err := h.app.Auth.CreateUser(t.Context(), "ann", "ann-password", false); err != nil {
 		t.Fatal(err)
 	}

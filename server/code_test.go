@@ -282,7 +282,7 @@ func TestImportFromGit(t *testing.T) {
 }
 
 func TestCodePageLocal(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, localRootsOfTest(t))
 	c := h.user("owner", false)
 	folder := filepath.Join(t.TempDir(), "work")
 	os.MkdirAll(filepath.Join(folder, "src"), 0o755)

@@ -32,6 +32,7 @@ type Config struct {
 	Sessions       editsession.Config // CODE_SESSION_IDLE_MS, CODE_SESSION_MAX_MS
 	Sandbox        sandbox.Config     // ATELIER_SANDBOX_UID_BASE, ATELIER_SANDBOX_UID_COUNT
 	SandboxCap     int64              // SANDBOX_MONTHLY_SECONDS: each project's default monthly cap
+	LocalRoots     []string           // ATELIER_LOCAL_ROOTS: where everyone but site admins may make Local projects
 
 	// ImportAllowNetworks (ATELIER_IMPORT_ALLOW_CIDRS) are internal networks
 	// git sources of people other than site admins may still come from.
@@ -114,6 +115,15 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			}
 			v.set(n)
 		}
+	}
+	for _, r := range strings.Split(getenv("ATELIER_LOCAL_ROOTS"), ":") {
+		if r == "" {
+			continue
+		}
+		if !filepath.IsAbs(r) || filepath.Clean(r) != r {
+			return cfg, fmt.Errorf("config: ATELIER_LOCAL_ROOTS lists absolute folders written plainly, separated by colons; got %q", r)
+		}
+		cfg.LocalRoots = append(cfg.LocalRoots, r)
 	}
 	cfg.Sessions = editsession.DefaultConfig
 	for name, d := range map[string]*time.Duration{"CODE_SESSION_IDLE_MS": &cfg.Sessions.Idle, "CODE_SESSION_MAX_MS": &cfg.Sessions.MaxAge} {

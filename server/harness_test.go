@@ -283,6 +283,14 @@ func expectProblem(t *testing.T, res *http.Response, status int, reason string) 
 	return p
 }
 
+// localRootsOfTest lets everyone create Local projects in the test's
+// temporary folders (t.TempDir's shared parent), as an operator lists
+// folders in ATELIER_LOCAL_ROOTS.
+func localRootsOfTest(t *testing.T) func(*Config) {
+	root := filepath.Dir(t.TempDir())
+	return func(c *Config) { c.LocalRoots = []string{root} }
+}
+
 // createProject makes a container project as c and returns its id.
 func (c *client) createProject(name string) int64 {
 	c.h.t.Helper()

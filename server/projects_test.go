@@ -141,7 +141,7 @@ func TestCreateContainerProject(t *testing.T) {
 }
 
 func TestCreateLocalProject(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, localRootsOfTest(t))
 	c := h.user("ann", false)
 	folder := filepath.Join(t.TempDir(), "code")
 	if err := os.Mkdir(folder, 0o755); err != nil {
@@ -200,7 +200,7 @@ func TestCreateLocalProject(t *testing.T) {
 }
 
 func TestValidatePath(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, localRootsOfTest(t))
 	c := h.user("ann", false)
 	folder := t.TempDir()
 

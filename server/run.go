@@ -93,6 +93,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	if err := app.Sessions.KillLeftovers(ctx); err != nil {
 		log.Warn("processes of a previous run not all killed", "err", err)
 	}
+	// Before serving, so no Local folder is read unconfirmed.
+	if err := app.Projects.RecordLocalIdentities(ctx); err != nil {
+		return err
+	}
 	created, password, err := app.Auth.EnsureFirstAdmin(ctx, cfg.AdminPassword)
 	if err != nil {
 		return err

@@ -68,6 +68,7 @@ var problems = []struct {
 	{projects.ErrBadRole, http.StatusBadRequest, "bad_role", "", false},
 	{projects.ErrBadNetwork, http.StatusBadRequest, "bad_network", "", false},
 	{workspace.ErrNotReady, http.StatusConflict, "workspace_not_ready", "", false},
+	{workspace.ErrRootMoved, http.StatusConflict, "root_moved", "This project's folder is no longer the one it was created with: it was moved or replaced, or a folder above it changed hands, so nothing is read from it. Put the folder back, or create the project again.", false},
 	{code.ErrBadArchive, http.StatusBadRequest, "bad_archive", "", true},
 	{workspace.ErrBadPath, http.StatusBadRequest, "bad_path", "", true},
 	{workspace.ErrOutsideRoot, http.StatusForbidden, "outside_root", "That path leads outside the project's folder.", false},
@@ -123,7 +124,11 @@ func ProblemOf(err error) *Problem {
 	}
 	var pe *workspace.PathError
 	if errors.As(err, &pe) && !errors.Is(err, workspace.ErrUnsafeRoot) {
-		return &Problem{Status: http.StatusBadRequest, Reason: pe.Reason, Message: pe.Message, Hint: pe.Hint}
+		status := http.StatusBadRequest
+		if errors.Is(err, workspace.ErrLocalNotAllowed) {
+			status = http.StatusForbidden // the folder may be fine; the person may not use it
+		}
+		return &Problem{Status: status, Reason: pe.Reason, Message: pe.Message, Hint: pe.Hint}
 	}
 	for _, m := range problems {
 		if errors.Is(err, m.err) {

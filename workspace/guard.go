@@ -23,18 +23,36 @@ const (
 	ReasonOverlapsServer = "path_overlaps_server"
 )
 
+// Reasons of the operator's rules over Local folders.
+const (
+	// ReasonUnsafeOwner: a session user could replace the folder.
+	ReasonUnsafeOwner = "path_unsafe_owner"
+	// ReasonLocalNotAllowed: outside ATELIER_LOCAL_ROOTS, for someone who
+	// is not a site admin.
+	ReasonLocalNotAllowed = "local_not_allowed"
+)
+
+// ErrLocalNotAllowed is wrapped by the refusal of a folder outside
+// ATELIER_LOCAL_ROOTS to someone who is not a site admin: the folder may be
+// fine, the person may not use it.
+var ErrLocalNotAllowed = errors.New("workspace: only site admins may use this folder for a Local project")
+
 // PathError is a refused Local path. Reason is machine-readable, Message says
-// to a person what is wrong and Hint how to fix it.
+// to a person what is wrong and Hint how to fix it. Err, when set, is the
+// sentinel the refusal stands for (ErrLocalNotAllowed).
 type PathError struct {
 	Path    string
 	Reason  string
 	Message string
 	Hint    string
+	Err     error
 }
 
 func (e *PathError) Error() string {
 	return fmt.Sprintf("workspace: path %q refused (%s): %s", e.Path, e.Reason, e.Message)
 }
+
+func (e *PathError) Unwrap() error { return e.Err }
 
 // systemTrees are top-level folders refused together with everything below
 // them; any top-level folder whose name starts with "lib" is refused too.
@@ -133,22 +151,34 @@ func within(p, dir string) bool {
 	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
 }
 
-// CheckLocal is the full guard run when a Local project is created: the
-// lexical checks, then the disk. The folder must exist, be a directory (a
-// symlink to one counts), lead through its symlinks to a place that passes
-// the lexical checks too, and be writable and searchable by the server's own
-// account. It returns a *PathError for anything the person can fix, or
-// another error when the disk fails in a way they cannot. It writes nothing.
-func (w *Workspaces) CheckLocal(path string) error {
+// AdmitLocal is the full guard run when a Local project is created and
+// when a typed folder is checked live. It returns the folder's Identity,
+// which the project records so that every later read can tell the folder
+// is still the one admitted (OpenLocal).
+//
+// In order: the lexical checks; for someone who is not a site admin, the
+// operator's list of folders (ATELIER_LOCAL_ROOTS), before the disk is
+// touched, so the answers cannot be used to learn what exists elsewhere on
+// the host; then the disk. The folder must exist, be a directory (a symlink
+// to one counts), lead through its symlinks to a place that passes the same
+// checks, be reached from / through folders no session user can change
+// (see checkFolder), and be writable and searchable by the server's own
+// account. It returns a *PathError for anything a person can fix, or
+// another error when the disk fails in a way they cannot. It writes
+// nothing.
+func (w *Workspaces) AdmitLocal(path string, siteAdmin bool) (Identity, error) {
 	if pe := w.lexical(path); pe != nil {
-		return pe
+		return Identity{}, pe
+	}
+	if !siteAdmin && !w.inLocalRoots(path) {
+		return Identity{}, w.notAllowed(path, "")
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
-		return diskRefusal(path, err)
+		return Identity{}, diskRefusal(path, err)
 	}
 	if !fi.IsDir() {
-		return &PathError{Path: path, Reason: ReasonNotDirectory,
+		return Identity{}, &PathError{Path: path, Reason: ReasonNotDirectory,
 			Message: "The path is a file, not a folder.",
 			Hint:    "Give the path of a folder. " + mountHint(path)}
 	}
@@ -156,19 +186,64 @@ func (w *Workspaces) CheckLocal(path string) error {
 	// a system folder whatever account the server runs as.
 	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return diskRefusal(path, err)
+		return Identity{}, diskRefusal(path, err)
 	}
 	if resolved != path {
 		if pe := w.lexical(resolved); pe != nil {
 			pe.Path = path
 			pe.Message = fmt.Sprintf("The path leads through a symbolic link to %s. %s", resolved, pe.Message)
-			return pe
+			return Identity{}, pe
+		}
+		if !siteAdmin && !w.inLocalRoots(resolved) {
+			return Identity{}, w.notAllowed(path, resolved)
 		}
 	}
-	if err := unix.Access(resolved, unix.W_OK|unix.X_OK); err != nil {
-		return diskRefusal(path, err)
+	// The identity comes from the same walk that checks the owners, so
+	// what is recorded is exactly what was checked.
+	id, err := w.identify(resolved)
+	var unsafe *unsafeFolderError
+	if errors.As(err, &unsafe) {
+		return Identity{}, &PathError{Path: path, Reason: ReasonUnsafeOwner,
+			Message: unsafe.sentence() + " Someone who is not the folder's owner could replace it with a link elsewhere once it is checked.",
+			Hint:    "Choose a folder that, with every folder above it, belongs to root or to a host account of your own and is not writable by group or others (chmod go-w), unless it has the sticky bit as /tmp does."}
 	}
-	return nil
+	if err != nil {
+		return Identity{}, diskRefusal(path, err)
+	}
+	if err := unix.Access(resolved, unix.W_OK|unix.X_OK); err != nil {
+		return Identity{}, diskRefusal(path, err)
+	}
+	return id, nil
+}
+
+// inLocalRoots reports whether the clean absolute path p is at or below one
+// of the folders the operator lists, as written or with its symlinks
+// resolved now (an operator may list /srv/code while it links elsewhere).
+func (w *Workspaces) inLocalRoots(p string) bool {
+	for _, r := range w.localRoots {
+		if within(p, r) || within(p, resolveExisting(r)) {
+			return true
+		}
+	}
+	return false
+}
+
+// notAllowed refuses a folder outside the operator's list to someone who is
+// not a site admin; resolved is where a symlink took the typed path, or "".
+func (w *Workspaces) notAllowed(path, resolved string) *PathError {
+	pe := &PathError{Path: path, Reason: ReasonLocalNotAllowed, Err: ErrLocalNotAllowed}
+	via := ""
+	if resolved != "" {
+		via = fmt.Sprintf("The path leads through a symbolic link to %s. ", resolved)
+	}
+	if len(w.localRoots) == 0 {
+		pe.Message = via + "Only site admins may create Local projects here: the operator has listed no folders for everyone else."
+		pe.Hint = "Ask the operator to list the folders people may use in ATELIER_LOCAL_ROOTS (absolute folders separated by colons), or ask a site admin to create the project."
+		return pe
+	}
+	pe.Message = via + "Only site admins may use a folder outside " + strings.Join(w.localRoots, ", ") + "."
+	pe.Hint = "Choose a folder at or below one of them, or ask the operator to add yours to ATELIER_LOCAL_ROOTS (absolute folders separated by colons)."
+	return pe
 }
 
 // diskRefusal turns a failed stat, symlink walk or access check into the

@@ -58,31 +58,29 @@ var (
 // It only reads. A LocalFS is safe for concurrent use.
 type LocalFS struct {
 	root *os.Root
-	// real is the folder's path with symlinks resolved, to tell where an
-	// opened file really is.
+	// real is the folder's path with symlinks resolved, as recorded, to
+	// tell where an opened file really is.
 	real string
 	// escape is os.Root's own error for a path leaving the root; see
 	// escapeError.
 	escape error
 }
 
-// OpenLocalFS opens the project folder root, an absolute path as returned
-// by Workspaces.ScopeRoot. The folder is opened once; renaming it later does
-// not move the LocalFS, which keeps reading the folder it opened.
-func OpenLocalFS(root string) (*LocalFS, error) {
-	if !filepath.IsAbs(root) {
-		return nil, fmt.Errorf("workspace: project folder %q is not absolute", root)
-	}
-	real, err := filepath.EvalSymlinks(root)
-	if err != nil {
-		return nil, fmt.Errorf("workspace: open project folder: %w", err)
-	}
-	r, err := os.OpenRoot(real)
-	if err != nil {
-		return nil, fmt.Errorf("workspace: open project folder: %w", err)
-	}
-	return &LocalFS{root: r, real: real, escape: escapeError(r)}, nil
-}
+// Path is the folder's path with every symlink resolved, as recorded at
+// creation and just checked by OpenLocal, for the git calls that need a
+// folder by name (gitsvc.OpenLocal, Remotes).
+//
+// A path and not the descriptor's /proc/self/fd/N: gitsvc resolves the
+// folder it is given inside the server before git starts, and every later
+// git call names the repository by the paths rev-parse printed, so the
+// descriptor would bind only the first lookup and then turn back into this
+// same path. What keeps the short window between the check and git's own
+// lookup harmless is the ownership rule OpenLocal just checked: no session
+// user owns or may rename anything from / down to this folder, so only
+// root and the folder's owner could swap it meanwhile, and git in a Local
+// folder runs with the owner's rights, so a swap shows the owner nothing
+// they could not read already.
+func (l *LocalFS) Path() string { return l.real }
 
 // Close releases the folder. Files returned by Open stay usable.
 func (l *LocalFS) Close() error {

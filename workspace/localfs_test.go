@@ -117,12 +117,27 @@ func unixSocket(t *testing.T, p string) {
 
 func openLocal(t *testing.T, root string) *LocalFS {
 	t.Helper()
-	l, err := OpenLocalFS(root)
+	l, err := admitAndOpen(t, root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
 	return l
+}
+
+// admitAndOpen admits root as a site admin would create a project on it,
+// then opens it the way every read does.
+func admitAndOpen(t *testing.T, root string) (*LocalFS, error) {
+	t.Helper()
+	w, err := New("/srv/atelier-test/workspaces", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := w.AdmitLocal(root, true)
+	if err != nil {
+		return nil, err
+	}
+	return w.OpenLocal(Location{DirName: "p", Mode: Local, Path: root, Identity: &id})
 }
 
 // inTime runs f and fails the test when it has not returned within a
@@ -435,23 +450,13 @@ func TestStat(t *testing.T) {
 	}
 }
 
-func TestOpenLocalFS(t *testing.T) {
+func TestLocalFSClose(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "f")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenLocalFS("relative/dir"); err == nil {
-		t.Error("OpenLocalFS accepted a relative folder")
-	}
-	if _, err := OpenLocalFS(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("OpenLocalFS(missing) = %v, want fs.ErrNotExist", err)
-	}
-	if _, err := OpenLocalFS(file); err == nil {
-		t.Error("OpenLocalFS accepted a file")
-	}
-
-	l, err := OpenLocalFS(dir)
+	l, err := admitAndOpen(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -500,11 +505,7 @@ func TestLocalFSRefusesLinksIntoGit(t *testing.T) {
 	}
 	os.Symlink(".git/config", filepath.Join(root, "cfg"))
 	os.Symlink(".git", filepath.Join(root, "g"))
-	l, err := OpenLocalFS(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := openLocal(t, root)
 	for _, p := range []string{"cfg", "g/config"} {
 		if _, _, err := l.ReadFile(p, 100); !errors.Is(err, ErrOutsideRoot) {
 			t.Errorf("ReadFile(%q) = %v, want ErrOutsideRoot", p, err)

@@ -30,6 +30,9 @@ type Location struct {
 	DirName string // the managed folder's name; only used in Container mode
 	Mode    Mode
 	Path    string // absolute folder for Local; "" for Container
+	// Identity is the Local folder as admitted at creation; nil for a row
+	// written before it was recorded (see OpenLocal).
+	Identity *Identity
 }
 
 var (
@@ -49,6 +52,9 @@ type Workspaces struct {
 	root  string   // cleaned PROJECT_WORKSPACES_ROOT, as configured
 	guard []string // server folders and the root, cleaned and resolved; never "/"
 	log   *slog.Logger
+
+	localRoots  []string // ATELIER_LOCAL_ROOTS (SetLocalPolicy)
+	sessionUIDs UIDRange // session users' uids, never an owner on a Local folder's way
 }
 
 // New returns Workspaces for the managed root (PROJECT_WORKSPACES_ROOT, which
