@@ -23,11 +23,7 @@ func contentOf(p string) string { return "content of " + p + "\n" }
 func importOddNames(t *testing.T, owner *client) int64 {
 	t.Helper()
 	id := owner.createProject("odd-names")
-	entries := []entry{{name: "README.md", body: contentOf("README.md")}, {name: oddFolder + "/in+side.txt", body: contentOf(oddFolder + "/in+side.txt")}}
-	for _, n := range oddNames {
-		entries = append(entries, entry{name: n, body: contentOf(n)})
-	}
-	if res := owner.upload(id, "odd.tar.gz", tarGz(t, entries), jsonAccept); res.StatusCode != http.StatusOK {
+	if res := owner.upload(id, "odd.tar.gz", tarGz(t, oddEntries()), jsonAccept); res.StatusCode != http.StatusOK {
 		t.Fatalf("import: %d %s", res.StatusCode, readBody(res))
 	}
 	return id
@@ -141,4 +137,13 @@ func TestLinksCarryFileNames(t *testing.T) {
 			t.Errorf("%q: the diff link shows %q: %s", name, diff.AttrOr("data-path", ""), diff.Text())
 		}
 	})
+}
+
+// oddEntries is the archive of importOddNames.
+func oddEntries() []entry {
+	entries := []entry{{name: "README.md", body: contentOf("README.md")}, {name: oddFolder + "/in+side.txt", body: contentOf(oddFolder + "/in+side.txt")}}
+	for _, n := range oddNames {
+		entries = append(entries, entry{name: n, body: contentOf(n)})
+	}
+	return entries
 }
