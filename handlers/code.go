@@ -14,7 +14,6 @@ import (
 
 	"atelier/auth"
 	"atelier/code"
-	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/projects"
 	"atelier/views"
@@ -197,7 +196,7 @@ func (h *Code) Import(c *gin.Context) error {
 		c.JSON(http.StatusOK, gin.H{"commit": commit})
 		return nil
 	}
-	views.Redirect(c, fmt.Sprintf("/projects/%d/code", acc.Project.ID))
+	views.Redirect(c, views.URL("/projects", acc.Project.ID, "code").String())
 	return nil
 }
 
@@ -211,12 +210,8 @@ func (h *Code) Remotes(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return h.Render.Render(c, http.StatusOK, "partials/remotes", remotesView{rs})
+	return h.Render.Render(c, http.StatusOK, "partials/remotes", rs)
 }
-
-type remotesView struct{ gitsvc.Remotes }
-
-func (v remotesView) JSON() any { return v.Remotes }
 
 // open authorizes reading code and applies the Code tab's gate.
 func (h *Code) open(c *gin.Context) (*projects.Access, error) {

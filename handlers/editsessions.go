@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -56,7 +55,7 @@ func (h *EditSessions) Open(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	location := fmt.Sprintf("/projects/%d/sessions/%s", acc.Project.ID, sess.ID)
+	location := base(sess)
 	if !views.WantsJSON(c.Request) {
 		views.Redirect(c, location)
 		return nil
@@ -215,7 +214,7 @@ func (h *EditSessions) Discard(c *gin.Context) error {
 		c.Status(http.StatusNoContent)
 		return nil
 	}
-	views.Redirect(c, fmt.Sprintf("/projects/%d/code", sess.ProjectID))
+	views.Redirect(c, views.URL("/projects", sess.ProjectID, "code").String())
 	return nil
 }
 
@@ -260,7 +259,7 @@ func precondition(c *gin.Context) editsession.Precondition {
 
 // base is the URL prefix of the session.
 func base(sess *editsession.Session) string {
-	return fmt.Sprintf("/projects/%d/sessions/%s", sess.ProjectID, sess.ID)
+	return views.URL("/projects", sess.ProjectID, "sessions", sess.ID).String()
 }
 
 type commandView struct {

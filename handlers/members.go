@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"fmt"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -64,7 +63,7 @@ func (h *Projects) answerMembers(c *gin.Context, acc *projects.Access, changeErr
 		if changeErr != nil {
 			return changeErr
 		}
-		views.Redirect(c, fmt.Sprintf("/projects/%d", acc.Project.ID))
+		views.Redirect(c, views.URL("/projects", acc.Project.ID).String())
 		return nil
 	}
 	v, err := h.members(c, acc, prob)

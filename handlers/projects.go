@@ -3,7 +3,6 @@ package handlers
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -73,7 +72,7 @@ func (h *Projects) Create(c *gin.Context) error {
 		c.JSON(http.StatusCreated, p)
 		return nil
 	}
-	views.Redirect(c, fmt.Sprintf("/projects/%d", p.ID))
+	views.Redirect(c, views.URL("/projects", p.ID).String())
 	return nil
 }
 
@@ -174,7 +173,7 @@ func (h *Projects) manage(c *gin.Context, change func(context.Context, *projects
 		c.Status(http.StatusNoContent)
 		return nil
 	}
-	views.Redirect(c, fmt.Sprintf("/projects/%d", acc.Project.ID))
+	views.Redirect(c, views.URL("/projects", acc.Project.ID).String())
 	return nil
 }
 

@@ -3,6 +3,7 @@ package handlers
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -66,11 +67,32 @@ func (h *Sessions) Logout(c *gin.Context) error {
 	return nil
 }
 
-// safeNext keeps a post-sign-in redirect on this site: a path, never
-// "//host" or "/\host", which browsers read as another origin.
+// safeNext keeps a post-sign-in redirect on this site. Browsers are lenient
+// with a Location: they drop tabs and newlines, read "\" as "/", and take
+// "//host" or "/\host" for another origin. So next must be a plain local
+// path, or the person goes to their projects: no control character, as sent
+// or once percent-decoded; no percent-encoded slash or backslash in the path,
+// where a server or a browser may decode it into one; and one "/" followed by
+// neither "/" nor "\". The query may hold an encoded slash: it is never read
+// as a host, and links to folders carry their path there.
 func safeNext(next string) string {
+	const home = "/projects"
 	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
-		return "/projects"
+		return home
+	}
+	decoded, err := url.PathUnescape(next)
+	if err != nil || hasControl(next) || hasControl(decoded) {
+		return home
+	}
+	pathPart, _, _ := strings.Cut(strings.ToLower(next), "?")
+	if strings.Contains(pathPart, "%2f") || strings.Contains(pathPart, "%5c") {
+		return home
 	}
 	return next
+}
+
+// hasControl reports an ASCII control character, which browsers strip from
+// a URL before they read it.
+func hasControl(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0
 }

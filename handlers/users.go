@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"net/http"
-	"net/url"
 
 	"github.com/gin-gonic/gin"
 
@@ -51,7 +50,7 @@ func (h *Users) Create(c *gin.Context) error {
 		c.JSON(http.StatusCreated, u)
 		return nil
 	}
-	views.Redirect(c, "/admin/users?created="+url.QueryEscape(u.Username))
+	views.Redirect(c, views.URL("/admin/users").Query("created", u.Username).String())
 	return nil
 }
 

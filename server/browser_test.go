@@ -2,6 +2,9 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -429,5 +432,113 @@ func TestBrowserCommand(t *testing.T) {
 	if !strings.Contains(result, "exit 0") || !strings.Contains(result, "from-the-box") ||
 		!strings.Contains(history, "echo made > made.txt") || !strings.Contains(history, "Sandbox time this month: 2 of 1200 min") {
 		t.Fatalf("result %q, history %q", result, history)
+	}
+}
+
+// Files whose names are URL syntax open from the Code page's tree and in an
+// edit session's editor, each with its own content; and the viewer keeps
+// every line number beside its line, down to the last of a long file.
+func TestBrowserOddFileNames(t *testing.T) {
+	h := newHarness(t)
+	owner := h.user("owner", false)
+	id := importOddNames(t, owner)
+	const long = "long.txt"
+	var longText strings.Builder
+	for i := 1; i <= 3000; i++ {
+		fmt.Fprintf(&longText, "line %d: ü → \t%s\n", i, strings.Repeat("x", i%97))
+	}
+	if res := owner.upload(id, "more.tar.gz", tarGz(t, append(oddEntries(), entry{name: long, body: longText.String()})), jsonAccept); res.StatusCode != http.StatusOK {
+		t.Fatalf("import: %d %s", res.StatusCode, readBody(res))
+	}
+
+	ctx := browser(t)
+	js := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr, chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		return v
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s; the page is at %s", what, eval(`location.href`))
+			}
+		}
+	}
+	// click finds the element of selector whose data-path is p as the page
+	// is now (htmx swaps the tree) and clicks it.
+	click := func(selector, p string) {
+		t.Helper()
+		waitFor("a link to "+p, func() bool {
+			return eval(`(() => { const e = [...document.querySelectorAll(`+js(selector)+`)].find(e => e.dataset.path === `+js(p)+`); if (!e) return "no"; e.click(); return "yes"; })()`) == "yes"
+		})
+	}
+
+	if err := do(ctx, signIn(h, "owner", "password-owner"), chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code")); err != nil {
+		t.Fatal(err)
+	}
+	click(`.tree-pane summary`, oddFolder)
+	for _, name := range append(oddNames, oddFolder+"/in+side.txt") {
+		click(`.tree-pane li.file a`, name)
+		want := strings.TrimSpace(contentOf(name))
+		waitFor("the viewer to show "+name, func() bool {
+			return eval(`document.querySelector("#viewer article.file")?.dataset.path ?? ""`) == name &&
+				strings.Contains(eval(`document.querySelector("#viewer .highlight")?.innerText ?? ""`), want)
+		})
+		if got := eval(`new URL(location.href).searchParams.get("path") ?? ""`); got != name {
+			t.Errorf("%q: the address names %q", name, got)
+		}
+		// The viewer's own link downloads this file.
+		download := eval(`(async () => (await fetch(document.querySelector("#viewer a.download").href)).text())()`)
+		if download != contentOf(name) {
+			t.Errorf("%q: the viewer's download gives %q", name, download)
+		}
+	}
+	// The address the viewer pushed opens the same file on a fresh load.
+	if err := do(ctx, chromedp.Navigate(eval(`location.href`))); err != nil {
+		t.Fatal(err)
+	}
+	if got := eval(`document.querySelector("#viewer article.file")?.dataset.path ?? ""`); got != oddFolder+"/in+side.txt" {
+		t.Errorf("reloading the viewer's address shows %q", got)
+	}
+
+	// Each line number sits beside its line, to the end of a long file.
+	click(`.tree-pane li.file a`, long)
+	waitFor("the long file", func() bool { return eval(`document.querySelector("#viewer article.file")?.dataset.path ?? ""`) == long })
+	var drift struct {
+		Numbers, Lines int
+		Number, Line   float64
+		Text           string
+	}
+	raw := eval(`(() => {
+		const nums = document.querySelectorAll("#viewer .chroma .ln, #viewer .chroma .lnt");
+		const lines = document.querySelectorAll("#viewer .chroma .line");
+		const n = nums[nums.length - 1], l = lines[lines.length - 1];
+		return JSON.stringify({numbers: nums.length, lines: lines.length, text: n.innerText.trim(),
+			number: n.getBoundingClientRect().top, line: l.getBoundingClientRect().top});
+	})()`)
+	if err := json.Unmarshal([]byte(raw), &drift); err != nil {
+		t.Fatal(err)
+	}
+	if drift.Numbers != 3000 || drift.Lines != 3000 || drift.Text != "3000" || math.Abs(drift.Number-drift.Line) > 1 {
+		t.Fatalf("the last line number sits %.1f px from its line: %+v", drift.Number-drift.Line, drift)
+	}
+
+	// In an edit session, each opens in the editor with its own text.
+	if err := do(ctx, chromedp.Click(chromedp.CSS(`button#edit`)), chromedp.WaitReady(chromedp.CSS(`#session[data-started]`))); err != nil {
+		t.Fatalf("opening a session: %v", err) // session.js is listening
+	}
+	const editor = `(document.querySelector("#editor").shadowRoot?.querySelector(".cm-content")?.innerText ?? "")`
+	click(`#session-tree summary`, oddFolder)
+	for _, name := range append(oddNames, oddFolder+"/in+side.txt") {
+		click(`#session-tree a.open-file`, name)
+		want := strings.TrimSpace(contentOf(name))
+		waitFor("the editor to open "+name, func() bool {
+			return eval(`document.querySelector("#editor-path").textContent`) == name && strings.TrimSpace(eval(editor)) == want
+		})
 	}
 }

@@ -32,7 +32,7 @@
     const base = (section.dataset.base || "").replace(/\/+$/, "");
     const project = section.dataset.project || "";
     const idleMs = Number(section.dataset.idleMs) || 0;
-    const codePage = "/projects/" + encodeURIComponent(project) + "/code";
+    const codePage = atelierURL("/projects", [project, "code"]);
 
     if (statusEl && !statusEl.hasAttribute("role")) statusEl.setAttribute("role", "status");
     if (warning && !warning.hasAttribute("role")) warning.setAttribute("role", "alert");
@@ -58,7 +58,7 @@
     }
 
     function fileURL(path) {
-      return base + "/file?path=" + encodeURIComponent(path);
+      return atelierURL(base, ["file"], { path });
     }
 
     // setStatus shows text in #editor-status; state (saved, dirty, busy,
@@ -438,7 +438,7 @@
       if (ended) return;
       if (keepBtn) keepBtn.disabled = true;
       try {
-        const res = await call("POST", base + "/keepalive");
+        const res = await call("POST", atelierURL(base, ["keepalive"]));
         if (!res.ok) {
           setStatus(await problemText(res), "error");
           return;

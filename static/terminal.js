@@ -122,8 +122,9 @@
       return p;
     }
 
-    function terminalURL(id) {
-      return base + "/terminals/" + encodeURIComponent(id);
+    // terminalURL is the address of terminal id, or of its action.
+    function terminalURL(id, action, query) {
+      return atelierURL(base, action ? ["terminals", id, action] : ["terminals", id], query);
     }
 
     // base64Bytes decodes base64 into bytes, without ever making text of
@@ -274,7 +275,7 @@
 
       connect() {
         if (this.ended || this.closed) return;
-        const url = terminalURL(this.id) + "/stream?from=" + this.offset;
+        const url = terminalURL(this.id, "stream", { from: this.offset });
         const es = new EventSource(url);
         this.source = es;
         es.addEventListener("open", () => {
@@ -355,7 +356,7 @@
         if (this.ended || this.closed) return;
         let res = null;
         try {
-          res = await call("GET", base + "/terminals");
+          res = await call("GET", atelierURL(base, ["terminals"]));
         } catch (_) {
           // network trouble: try again below
         }
@@ -458,7 +459,7 @@
             if (this.ended || this.closed) return;
             let res = null;
             try {
-              res = await call("POST", terminalURL(this.id) + "/input", batch, {
+              res = await call("POST", terminalURL(this.id, "input"), batch, {
                 "Content-Type": "application/octet-stream",
                 "X-Input-Seq": String(seq),
               });
@@ -516,7 +517,7 @@
         this.resizing = true;
         let ok = false;
         try {
-          const res = await call("POST", terminalURL(this.id) + "/resize", form({ cols, rows }));
+          const res = await call("POST", terminalURL(this.id, "resize"), form({ cols, rows }));
           if (gone(res.status)) this.end("This terminal has ended.");
           else if (res.ok) ok = true;
         } catch (_) {
@@ -608,7 +609,7 @@
       try {
         tab.mount();
         const term = tab.terminal;
-        const res = await call("POST", base + "/terminals", form({ cols: term.cols, rows: term.rows }));
+        const res = await call("POST", atelierURL(base, ["terminals"]), form({ cols: term.cols, rows: term.rows }));
         if (!res.ok) throw new Error(await problemText(res));
         const info = await res.json();
         if (!info || typeof info.id !== "string") throw new Error("The server's answer made no sense.");
@@ -646,7 +647,7 @@
       }
       let list;
       try {
-        const res = await call("GET", base + "/terminals");
+        const res = await call("GET", atelierURL(base, ["terminals"]));
         if (!res.ok) {
           if (!gone(res.status)) showError("Could not list the terminals: " + (await problemText(res)));
           return;

@@ -16,10 +16,12 @@ const highlightStyle = "github"
 
 // The formatter writes classes, not inline styles, because the pages'
 // Content-Security-Policy forbids inline styles; HighlightCSS holds them.
+// Each line number is written inside its line, not in a column of its own:
+// a separate column has line boxes of its own that drift from the code's
+// over a long file.
 var formatter = chromahtml.New(
 	chromahtml.WithClasses(true),
 	chromahtml.WithLineNumbers(true),
-	chromahtml.LineNumbersInTable(true),
 	chromahtml.WithLinkableLineNumbers(true, "L"),
 )
 

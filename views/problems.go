@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"regexp"
 	"syscall"
 
@@ -172,7 +171,7 @@ func (r *Renderer) RenderError(c *gin.Context, log *slog.Logger, err error) {
 	}
 	if p.Status == http.StatusUnauthorized && errors.Is(err, auth.ErrSignInRequired) &&
 		!WantsJSON(c.Request) && c.Request.Method == http.MethodGet {
-		Redirect(c, "/login?next="+url.QueryEscape(c.Request.URL.RequestURI()))
+		Redirect(c, URL("/login").Query("next", c.Request.URL.RequestURI()).String())
 		return
 	}
 	if rerr := r.Render(c, p.Status, "error", errorView{p}); rerr != nil {

@@ -80,6 +80,8 @@ var funcs = template.FuncMap{
 		}
 		return dir + "/" + name
 	},
+	// url builds every link that carries a name: see URL.
+	"url":   URL,
 	"bytes": humanBytes,
 	// percent is used/whole in whole percent.
 	"percent": func(used, whole int64) int64 {
