@@ -37,7 +37,7 @@ func newFixture(t *testing.T) *fixture {
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
 	store := dbtest.Store(t)
-	ws, err := workspace.New(filepath.Join(dir, "workspaces"), []string{filepath.Join(dir, "data")}, log)
+	ws, err := workspace.New(filepath.Join(dir, "workspaces"), []string{filepath.Join(dir, "data")}, workspace.LocalPolicy{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

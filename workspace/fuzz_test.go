@@ -26,7 +26,7 @@ func FuzzCheckLexical(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	w, err := New(fuzzRoot, fuzzServer, nil)
+	w, err := New(fuzzRoot, fuzzServer, LocalPolicy{}, nil)
 	if err != nil {
 		f.Fatal(err)
 	}

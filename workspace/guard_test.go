@@ -39,7 +39,7 @@ func newFixture(t *testing.T) fixture {
 	}
 	symlink(t, filepath.Join(base, "real/bin"), filepath.Join(base, "binlink"))
 	w, err := New(filepath.Join(base, "workspaces"),
-		[]string{filepath.Join(base, "data"), filepath.Join(base, "srv/app"), filepath.Join(base, "binlink"), "/"}, nil)
+		[]string{filepath.Join(base, "data"), filepath.Join(base, "srv/app"), filepath.Join(base, "binlink"), "/"}, LocalPolicy{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func writeFile(t *testing.T, p string) string {
 // The server's folders are compared by component and the "exact only"
 // system folders allow what lies below them, with no disk involved.
 func TestCheckLexical(t *testing.T) {
-	w, err := New("/srv/atelier/workspaces", []string{"/srv/app", "/opt/atelier/bin", "/"}, nil)
+	w, err := New("/srv/atelier/workspaces", []string{"/srv/app", "/opt/atelier/bin", "/"}, LocalPolicy{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestHintsCarryTheComposeLine(t *testing.T) {
 // A mistyped path that would be fine once cleaned gets a suggestion; one
 // that cleans into /etc does not.
 func TestNotCleanHint(t *testing.T) {
-	w, err := New("/srv/atelier/workspaces", nil, nil)
+	w, err := New("/srv/atelier/workspaces", nil, LocalPolicy{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func TestNewResolvesMissingServerPaths(t *testing.T) {
 	base := tempDir(t)
 	mkdir(t, base+"/real")
 	symlink(t, base+"/real", base+"/link")
-	w, err := New(base+"/ws", []string{base + "/link/data"}, nil)
+	w, err := New(base+"/ws", []string{base + "/link/data"}, LocalPolicy{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +367,7 @@ func TestNewResolvesMissingServerPaths(t *testing.T) {
 
 func TestNewRefusesBadRoot(t *testing.T) {
 	for _, root := range []string{"", "relative/ws", "/", "//"} {
-		if _, err := New(root, nil, nil); err == nil {
+		if _, err := New(root, nil, LocalPolicy{}, nil); err == nil {
 			t.Errorf("New(%q) accepted", root)
 		}
 	}

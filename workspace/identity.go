@@ -48,22 +48,6 @@ type LocalPolicy struct {
 	SessionUIDs UIDRange
 }
 
-// SetLocalPolicy applies the operator's policy; the server calls it once,
-// before serving. Without it nobody but site admins may use a Local folder
-// and no uid counts as a session user's.
-func (w *Workspaces) SetLocalPolicy(p LocalPolicy) error {
-	roots := make([]string, 0, len(p.Roots))
-	for _, r := range p.Roots {
-		if !filepath.IsAbs(r) || filepath.Clean(r) != r {
-			return fmt.Errorf("workspace: ATELIER_LOCAL_ROOTS: %q is not a clean absolute folder", r)
-		}
-		roots = append(roots, r)
-	}
-	w.localRoots = roots
-	w.sessionUIDs = p.SessionUIDs
-	return nil
-}
-
 // LocalOffer is what the new-project form tells a person before they type:
 // whether they may use any folder the guard allows, or only those below
 // Roots (none at all when Roots is empty).

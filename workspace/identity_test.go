@@ -19,14 +19,12 @@ func policyFixture(t *testing.T, roots ...string) (*Workspaces, string) {
 		t.Skip("precondition: giving folders to other accounts needs root")
 	}
 	base := tempDir(t)
-	w, err := New(filepath.Join(base, "workspaces"), []string{filepath.Join(base, "data")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i, r := range roots {
 		roots[i] = filepath.Join(base, r)
 	}
-	if err := w.SetLocalPolicy(LocalPolicy{Roots: roots, SessionUIDs: sessions}); err != nil {
+	w, err := New(filepath.Join(base, "workspaces"), []string{filepath.Join(base, "data")},
+		LocalPolicy{Roots: roots, SessionUIDs: sessions}, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return w, base
@@ -158,13 +156,9 @@ func TestAdmitLocalWithoutRoots(t *testing.T) {
 	}
 }
 
-func TestSetLocalPolicyRefusesBadRoots(t *testing.T) {
-	w, err := New("/srv/atelier/workspaces", nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+func TestNewRefusesBadLocalRoots(t *testing.T) {
 	for _, r := range []string{"", "srv/code", "/srv/code/", "/srv/../etc"} {
-		if err := w.SetLocalPolicy(LocalPolicy{Roots: []string{r}}); err == nil {
+		if _, err := New("/srv/atelier/workspaces", nil, LocalPolicy{Roots: []string{r}}, nil); err == nil {
 			t.Errorf("root %q accepted", r)
 		}
 	}

@@ -129,7 +129,7 @@ func openLocal(t *testing.T, root string) *LocalFS {
 // then opens it the way every read does.
 func admitAndOpen(t *testing.T, root string) (*LocalFS, error) {
 	t.Helper()
-	w, err := New("/srv/atelier-test/workspaces", nil, nil)
+	w, err := New("/srv/atelier-test/workspaces", nil, LocalPolicy{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ type Workspaces struct {
 	guard []string // server folders and the root, cleaned and resolved; never "/"
 	log   *slog.Logger
 
-	localRoots  []string // ATELIER_LOCAL_ROOTS (SetLocalPolicy)
+	localRoots  []string // ATELIER_LOCAL_ROOTS
 	sessionUIDs UIDRange // session users' uids, never an owner on a Local folder's way
 }
 
@@ -63,7 +63,8 @@ type Workspaces struct {
 // kept both as written and with symlinks resolved, because a person may type
 // either form. A server folder equal to "/" is ignored: a service running in
 // / would otherwise refuse every path, and / is refused as a system folder.
-func New(root string, serverPaths []string, log *slog.Logger) (*Workspaces, error) {
+// policy is the operator's word on Local folders (see LocalPolicy).
+func New(root string, serverPaths []string, policy LocalPolicy, log *slog.Logger) (*Workspaces, error) {
 	if !filepath.IsAbs(root) {
 		return nil, fmt.Errorf("workspace: PROJECT_WORKSPACES_ROOT must be an absolute path, got %q", root)
 	}
@@ -86,6 +87,13 @@ func New(root string, serverPaths []string, log *slog.Logger) (*Workspaces, erro
 		}
 		w.addGuard(abs)
 	}
+	for _, r := range policy.Roots {
+		if !filepath.IsAbs(r) || filepath.Clean(r) != r {
+			return nil, fmt.Errorf("workspace: ATELIER_LOCAL_ROOTS: %q is not a clean absolute folder", r)
+		}
+	}
+	w.localRoots = slices.Clone(policy.Roots)
+	w.sessionUIDs = policy.SessionUIDs
 	return w, nil
 }
 

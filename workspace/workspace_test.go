@@ -14,7 +14,7 @@ import (
 func newLogged(t *testing.T, root string) (*Workspaces, *bytes.Buffer) {
 	t.Helper()
 	var buf bytes.Buffer
-	w, err := New(root, []string{"/srv/app"}, slog.New(slog.NewTextHandler(&buf, nil)))
+	w, err := New(root, []string{"/srv/app"}, LocalPolicy{}, slog.New(slog.NewTextHandler(&buf, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestScopeRootUnsafeCarriesPathError(t *testing.T) {
 
 func TestCreateManaged(t *testing.T) {
 	root := filepath.Join(tempDir(t), "not", "yet", "root")
-	w, err := New(root, nil, nil)
+	w, err := New(root, nil, LocalPolicy{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestCreateManaged(t *testing.T) {
 
 func TestRemoveManaged(t *testing.T) {
 	base := tempDir(t)
-	w, err := New(filepath.Join(base, "ws"), nil, nil)
+	w, err := New(filepath.Join(base, "ws"), nil, LocalPolicy{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestRemoveManaged(t *testing.T) {
 
 func TestCodeReady(t *testing.T) {
 	base := tempDir(t)
-	w, err := New(filepath.Join(base, "ws"), nil, nil)
+	w, err := New(filepath.Join(base, "ws"), nil, LocalPolicy{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
