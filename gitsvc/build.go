@@ -102,10 +102,10 @@ func (b *TreeBuilder) add(path string, mode int) error {
 // BuildTree writes a tree into r from the files and links add gives the
 // builder, under r's write lock, and returns its hash. Contents stream into
 // `git fast-import` as blobs; the tree is then made from a temporary index.
-// Nothing is committed: pass the tree to CommitWithParents. When add fails,
-// git is stopped before it saw the end of its input, so no half-built tree
-// exists; the objects already sent are left unreachable for git's own
-// cleanup.
+// Nothing is committed: pass the tree to CommitWithParents. add runs on
+// another goroutine and may use the builder only until it returns. When it
+// fails, git is killed before it sees the end of its input, so no tree is
+// made and at most a temporary pack is left for git's own gc.
 func (s *Service) BuildTree(ctx context.Context, r *Repo, add func(*TreeBuilder) error) (string, error) {
 	release, err := s.rlock(ctx, r, true)
 	if err != nil {
