@@ -12,6 +12,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 
 	"atelier/gitsvc"
@@ -108,8 +109,9 @@ func readArchive(r io.ReaderAt, size int64) (*archive, error) {
 // each entry's path in that tree ("" for the unwrapped top folder).
 func planTree(entries []archiveEntry) ([]string, error) {
 	prefix := commonFolder(entries)
-	t := &plannedTree{kinds: map[string]entryKind{}, links: map[string]string{}}
+	t := &plannedTree{root: &node{kind: kindDir}}
 	paths := make([]string, len(entries))
+	links := make([]*node, len(entries))
 	var total int64
 	for i, e := range entries {
 		name := strings.TrimPrefix(e.name, prefix)
@@ -122,17 +124,23 @@ func planTree(entries []archiveEntry) ([]string, error) {
 		if total += e.size + int64(len(e.link)); total > maxArchiveBytes {
 			return nil, fmt.Errorf("%w: more than %d GiB unpacked", ErrBadArchive, maxArchiveBytes>>30)
 		}
-		if err := t.add(name, e); err != nil {
+		n, err := t.add(name, e)
+		if err != nil {
 			return nil, fmt.Errorf("%w: %q %w", ErrBadArchive, e.name, err)
+		}
+		if e.kind == kindLink {
+			links[i] = n
 		}
 		paths[i] = name
 	}
-	for i, e := range entries {
-		if e.kind != kindLink || paths[i] == "" {
+	// Only now is the tree whole: a link may go through links named after
+	// it in the archive.
+	for i, n := range links {
+		if n == nil {
 			continue
 		}
-		if err := t.checkLink(paths[i]); err != nil {
-			return nil, fmt.Errorf("%w: %q %w (%q)", ErrBadArchive, e.name, err, e.link)
+		if err := t.checkLink(n); err != nil {
+			return nil, fmt.Errorf("%w: %q %w (%q)", ErrBadArchive, entries[i].name, err, entries[i].link)
 		}
 	}
 	return paths, nil
@@ -140,116 +148,157 @@ func planTree(entries []archiveEntry) ([]string, error) {
 
 // plannedTree is the tree an archive describes, as far as read so far.
 type plannedTree struct {
-	kinds    map[string]entryKind
-	links    map[string]string   // path → text
-	resolved map[string][]string // path → where the link leads, once known
-	visiting map[string]bool     // links being resolved, to tell a loop
+	root     *node
+	visiting int // links being followed, one inside the other
 }
+
+// node is one folder, file or link of a plannedTree.
+type node struct {
+	name     string
+	kind     entryKind
+	parent   *node
+	children map[string]*node
+	link     string // a link's text
+
+	// Where a link leads, once followed, and how many links deep it goes.
+	state linkState
+	to    place
+	depth int
+}
+
+type linkState int
+
+const (
+	unfollowed linkState = iota
+	following
+	followed
+)
+
+// place is where following a path arrived: an entry of the tree, and the
+// components below it that name nothing in the tree (read as text, as a
+// system would create them).
+type place struct {
+	at    *node
+	extra []string
+}
+
+// A system gives up after 40 links in one lookup.
+const maxLinkDepth = 40
 
 var (
 	errLinkOut  = errors.New("links outside the project")
 	errLinkLoop = errors.New("is part of a loop of links")
+	errLinkDeep = fmt.Errorf("goes through more than %d links", maxLinkDepth)
 )
 
 // add puts one entry into the tree. A folder may be named again; anything
 // else only once, and nothing may lie below a file or a link: on disk, such
 // a path would be written through the link.
-func (t *plannedTree) add(name string, e archiveEntry) error {
-	for i := strings.IndexByte(name, '/'); i >= 0; i = next(name, i) {
-		dir := name[:i]
-		switch t.kinds[dir] {
-		case kindLink:
-			return fmt.Errorf("lies below %q, a link", dir)
-		case kindFile:
-			return fmt.Errorf("lies below %q, a file", dir)
+func (t *plannedTree) add(name string, e archiveEntry) (*node, error) {
+	dir, parts := t.root, strings.Split(name, "/")
+	for i, part := range parts[:len(parts)-1] {
+		child := dir.children[part]
+		switch {
+		case child == nil:
+			child = dir.addChild(part, kindDir)
+		case child.kind == kindLink:
+			return nil, fmt.Errorf("lies below %q, a link", strings.Join(parts[:i+1], "/"))
+		case child.kind == kindFile:
+			return nil, fmt.Errorf("lies below %q, a file", strings.Join(parts[:i+1], "/"))
 		}
-		t.kinds[dir] = kindDir
+		dir = child
 	}
-	switch was := t.kinds[name]; {
-	case was == kindDir && e.kind == kindDir:
-		return nil
-	case was == kindDir:
-		return errors.New("is also a folder")
-	case was != 0:
-		return errors.New("is named twice")
+	leaf := parts[len(parts)-1]
+	switch was := dir.children[leaf]; {
+	case was == nil:
+	case was.kind == kindDir && e.kind == kindDir:
+		return was, nil
+	case was.kind == kindDir:
+		return nil, errors.New("is also a folder")
+	default:
+		return nil, errors.New("is named twice")
 	}
-	t.kinds[name] = e.kind
-	if e.kind == kindLink {
-		if e.link == "" || path.IsAbs(e.link) || strings.IndexByte(e.link, 0) >= 0 {
-			return fmt.Errorf("is a link with an empty, absolute or NUL-holding target (%q)", e.link)
-		}
-		t.links[name] = e.link
+	if e.kind == kindLink && (e.link == "" || path.IsAbs(e.link) || strings.IndexByte(e.link, 0) >= 0) {
+		return nil, fmt.Errorf("is a link with an empty, absolute or NUL-holding target (%q)", e.link)
 	}
-	return nil
+	n := dir.addChild(leaf, e.kind)
+	n.link = e.link
+	return n, nil
 }
 
-// next is the index of the slash after the one at i in name, or -1.
-func next(name string, i int) int {
-	j := strings.IndexByte(name[i+1:], '/')
-	if j < 0 {
-		return -1
+func (n *node) addChild(name string, kind entryKind) *node {
+	if n.children == nil {
+		n.children = map[string]*node{}
 	}
-	return i + 1 + j
+	c := &node{name: name, kind: kind, parent: n}
+	n.children[name] = c
+	return c
 }
 
-// checkLink follows the link at name through the whole tree, component by
+// checkLink follows the link n through the whole tree, component by
 // component and through every link it meets on the way, as a system
 // resolving it on disk would. It must end inside the tree and not in .git.
-func (t *plannedTree) checkLink(name string) error {
-	at, err := t.resolveLink(name)
-	if err != nil {
+func (t *plannedTree) checkLink(n *node) error {
+	if err := t.follow(n); err != nil {
 		return err
 	}
-	if len(at) > 0 {
-		if err := workspace.CheckRelPath(strings.Join(at, "/")); err != nil {
+	var parts []string
+	for at := n.to.at; at != t.root; at = at.parent {
+		parts = append(parts, at.name)
+	}
+	slices.Reverse(parts)
+	if parts = append(parts, n.to.extra...); len(parts) > 0 {
+		if err := workspace.CheckRelPath(strings.Join(parts, "/")); err != nil {
 			return fmt.Errorf("links to a path that is refused: %w", err)
 		}
 	}
 	return nil
 }
 
-// resolveLink returns the components of the path the link at name leads
-// to. Each link's answer is kept, so a chain of links is walked once,
-// however many links go through it.
-func (t *plannedTree) resolveLink(name string) ([]string, error) {
-	if at, ok := t.resolved[name]; ok {
-		return at, nil
+// follow finds where the link n leads and keeps it in n. Each link is
+// followed once, however many links go through it, and each step costs the
+// same whatever the depth, so the work is bounded by the links' text.
+func (t *plannedTree) follow(n *node) error {
+	switch {
+	case n.state == followed:
+		return nil
+	case n.state == following:
+		return errLinkLoop
+	case t.visiting >= maxLinkDepth:
+		return errLinkDeep
 	}
-	if t.visiting[name] {
-		return nil, errLinkLoop
-	}
-	if t.resolved == nil {
-		t.resolved, t.visiting = map[string][]string{}, map[string]bool{}
-	}
-	t.visiting[name] = true
-	defer delete(t.visiting, name)
+	n.state = following
+	t.visiting++
+	defer func() { t.visiting-- }()
 
-	dir := strings.Split(name, "/")
-	at := dir[: len(dir)-1 : len(dir)-1]
-	for comp := range strings.SplitSeq(t.links[name], "/") {
-		switch comp {
-		case "", ".":
-			continue
-		case "..":
-			if len(at) == 0 {
-				return nil, errLinkOut
+	p, depth := place{at: n.parent}, 1
+	for comp := range strings.SplitSeq(n.link, "/") {
+		switch {
+		case comp == "" || comp == ".":
+		case comp == ".." && len(p.extra) > 0:
+			p.extra = p.extra[:len(p.extra)-1]
+		case comp == "..":
+			if p.at == t.root {
+				return errLinkOut
 			}
-			at = at[:len(at)-1]
-			continue
+			p.at = p.at.parent
+		case len(p.extra) > 0 || p.at.children[comp] == nil:
+			p.extra = append(p.extra, comp)
+		case p.at.children[comp].kind == kindLink:
+			via := p.at.children[comp]
+			if err := t.follow(via); err != nil {
+				return err
+			}
+			if depth = max(depth, via.depth+1); depth > maxLinkDepth {
+				return errLinkDeep
+			}
+			p = place{at: via.to.at, extra: slices.Clone(via.to.extra)}
+		default:
+			p.at = p.at.children[comp]
 		}
-		at = append(at, comp)
-		p := strings.Join(at, "/")
-		if t.kinds[p] != kindLink {
-			continue
-		}
-		via, err := t.resolveLink(p)
-		if err != nil {
-			return nil, err
-		}
-		at = append(at[:0:0], via...)
 	}
-	t.resolved[name] = at
-	return at, nil
+	n.state, n.to, n.depth = followed, p, depth
+	return nil
 }
 
 // commonFolder returns "top/" when every entry lies in one top folder.

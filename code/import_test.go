@@ -188,6 +188,16 @@ func climb(n int) []member {
 	return ms
 }
 
+// deepChain is links c0 to c<n>, each to the one before, the first to the
+// root: inside, but c<n> is n+1 links deep.
+func deepChain(n int) []member {
+	ms := []member{{name: "c0", link: "."}}
+	for i := 1; i <= n; i++ {
+		ms = append(ms, member{name: fmt.Sprintf("c%d", i), link: fmt.Sprintf("c%d", i-1)})
+	}
+	return ms
+}
+
 // snapshot lists every file and folder below dirs with its size and mode,
 // to tell that a refused import wrote nothing anywhere.
 func snapshot(t testing.TB, dirs ...string) []string {
@@ -261,6 +271,7 @@ func TestImportRefusesLinksThatClimbOut(t *testing.T) {
 			{name: "x", link: "."},
 		}, "x"},
 		{"loop", []member{{name: "a", link: "b"}, {name: "b", link: "a"}}, "a"},
+		{"more than 40 links deep", deepChain(40), "c40"},
 		{"link into .git", []member{{name: "g", link: "sub/../.git/config"}}, "g"},
 		{"link text climbs", []member{{name: "a/b", link: "../../etc"}}, "a/b"},
 		{"absolute link", []member{{name: "p", link: "/etc/passwd"}}, "p"},
@@ -385,23 +396,45 @@ func TestImportRefusals(t *testing.T) {
 		gz.Close()
 		return buf.Bytes()
 	}
-	cases := map[string][]byte{
-		"dot-dot":     tarGz(t, []member{{name: "ok", body: "x"}, {name: "../evil", body: "x"}}),
-		"git folder":  zipOf(t, []member{{name: "sub/.GIT/config", body: "[core]"}}),
-		"twice":       tarGz(t, []member{{name: "a", body: "1"}, {name: "a", body: "2"}}),
-		"file/folder": zipOf(t, []member{{name: "a", body: "1"}, {name: "a/b", body: "2"}}),
-		"hard link":   hardLink(t),
-		"empty link":  zipOf(t, []member{{name: "e", emptyLink: true}}),
-		"not one":     []byte("plain text"),
+	// Many long links through a deep folder, each step a lookup, and the
+	// last link out: checking them all must stay quick.
+	deep := strings.Repeat("x/", 500)
+	tangled := []member{{name: deep + "f", body: "deep\n"}, {name: "up", link: "."}}
+	for i := range 1000 {
+		tangled = append(tangled, member{name: fmt.Sprintf("t%d", i), link: "up/" + deep + strings.Repeat("../", 500) + "up/" + deep + "f"})
+	}
+	tangled = append(tangled, member{name: "zz", link: "up/../.."})
+	cases := []struct {
+		name, naming string
+		archive      []byte
+	}{
+		{"many long links", "zz", tarGz(t, tangled)},
+		{"dot-dot", "../evil", tarGz(t, []member{{name: "ok", body: "x"}, {name: "../evil", body: "x"}})},
+		{"git folder", "sub/.GIT/config", zipOf(t, []member{{name: "sub/.GIT/config", body: "[core]"}})},
+		{"twice", "a", tarGz(t, []member{{name: "a", body: "1"}, {name: "a", body: "2"}})},
+		{"file/folder", "a/b", zipOf(t, []member{{name: "a", body: "1"}, {name: "a/b", body: "2"}})},
+		{"hard link", "b", hardLink(t)},
+		{"empty link", "e", zipOf(t, []member{{name: "e", emptyLink: true}})},
+		{"long link", "l", tarGz(t, []member{{name: "l", link: strings.Repeat("a/", 2049)}})},
+		{"not an archive", "", []byte("plain text")},
 	}
 	main := e.git(t, "rev-parse", "refs/heads/main")
-	for name, archive := range cases {
-		if _, err := e.importArchive(t, name, archive); !errors.Is(err, code.ErrBadArchive) {
-			t.Errorf("%s: got %v, want ErrBadArchive", name, err)
+	for _, c := range cases {
+		start := time.Now()
+		_, err := e.importArchive(t, c.name, c.archive)
+		if !errors.Is(err, code.ErrBadArchive) || c.naming != "" && !strings.Contains(err.Error(), fmt.Sprintf("%q", c.naming)) {
+			t.Errorf("%s: got %v, want ErrBadArchive naming %q", c.name, err, c.naming)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("%s: refused after %s", c.name, took)
 		}
 	}
 	if got := e.git(t, "rev-parse", "refs/heads/main"); got != main {
 		t.Fatal("a refused import moved main")
+	}
+	// 40 links deep is as deep as a system follows, and imports.
+	if _, err := e.importArchive(t, "deep.zip", zipOf(t, deepChain(39))); err != nil {
+		t.Errorf("a chain of 40 links: %v", err)
 	}
 }
 
