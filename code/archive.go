@@ -6,15 +6,16 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
+	"slices"
 	"strings"
 
+	"atelier/gitsvc"
 	"atelier/workspace"
 )
 
@@ -25,128 +26,287 @@ var ErrBadArchive = errors.New("code: bad archive")
 // Limits of what one import may unpack, against archive bombs.
 const (
 	maxArchiveFiles = 100_000
-	maxArchiveBytes = 2 << 30 // unpacked
+	maxArchiveBytes = 2 << 30 // unpacked, link texts included
+	maxLinkTarget   = 4096    // PATH_MAX: no system follows a longer link
 )
 
-// archiveFile is one entry of an archive, whatever the format.
-type archiveFile struct {
-	name string
-	mode fs.FileMode
-	link string // symlink target
-	open func() (io.ReadCloser, error)
+type entryKind int
+
+const (
+	kindDir entryKind = iota + 1
+	kindFile
+	kindLink
+)
+
+// archiveEntry is one member of an archive, whatever the format.
+type archiveEntry struct {
+	name       string // as the archive says, without "./" and a trailing slash
+	kind       entryKind
+	executable bool
+	size       int64
+	link       string    // a link's text
+	zf         *zip.File // a zip member's content
 }
 
-// unpack writes the archive in r (gzip'd tar or zip, told by its first
-// bytes) into the empty folder dest. Every path must pass the same checks as
-// an edit, links must stay inside the tree, and nothing but files, folders
-// and such links is accepted. A single folder holding everything (as in a
-// GitHub download) is unwrapped.
-func unpack(r io.ReaderAt, size int64, dest string) error {
+// archive is what the first reading of an upload learns: its entries, and
+// how to read their contents again in the same order.
+type archive struct {
+	entries []archiveEntry
+	// contents calls each with the index and content of every file entry,
+	// in order.
+	contents func(each func(i int, content io.Reader) error) error
+}
+
+// writeArchiveTree writes the archive in r (gzip'd tar or zip, told by its
+// first bytes) into repo as a tree and returns the tree's hash. Nothing is
+// written to any filesystem: the archive is read once to check every entry
+// against the whole tree it describes (paths as for an edit, links that
+// stay inside once every link of the tree is followed, no path below a
+// link), and only then a second time to stream file contents into git. A
+// single folder holding everything (as in a GitHub download) is unwrapped.
+func (s *Service) writeArchiveTree(ctx context.Context, repo *gitsvc.Repo, r io.ReaderAt, size int64) (string, error) {
+	a, err := readArchive(r, size)
+	if err != nil {
+		return "", err
+	}
+	paths, err := planTree(a.entries)
+	if err != nil {
+		return "", err
+	}
+	return s.git.BuildTree(ctx, repo, func(b *gitsvc.TreeBuilder) error {
+		for i, e := range a.entries {
+			if e.kind == kindLink && paths[i] != "" {
+				if err := b.Link(paths[i], e.link); err != nil {
+					return err
+				}
+			}
+		}
+		return a.contents(func(i int, content io.Reader) error {
+			e := a.entries[i]
+			if err := b.File(paths[i], e.executable, e.size, content); err != nil {
+				return fmt.Errorf("%w: %q: %w", ErrBadArchive, e.name, err)
+			}
+			return nil
+		})
+	})
+}
+
+func readArchive(r io.ReaderAt, size int64) (*archive, error) {
 	head := make([]byte, 4)
 	if _, err := r.ReadAt(head, 0); err != nil {
-		return fmt.Errorf("%w: too short to be an archive", ErrBadArchive)
+		return nil, fmt.Errorf("%w: too short to be an archive", ErrBadArchive)
 	}
-	var files []archiveFile
-	var err error
 	switch {
 	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
-		var spool *os.File
-		files, spool, err = readTarGz(io.NewSectionReader(r, 0, size))
-		if spool != nil {
-			defer spool.Close()
-		}
+		return readTarGz(r, size)
 	case bytes.HasPrefix(head, []byte("PK\x03\x04")), bytes.HasPrefix(head, []byte("PK\x05\x06")):
-		files, err = readZip(r, size)
-	default:
-		return fmt.Errorf("%w: upload a .tar.gz or .zip file", ErrBadArchive)
+		return readZip(r, size)
 	}
-	if err != nil {
-		return err
-	}
-	prefix := commonFolder(files)
+	return nil, fmt.Errorf("%w: upload a .tar.gz or .zip file", ErrBadArchive)
+}
+
+// planTree checks the entries as the tree they make together and returns
+// each entry's path in that tree ("" for the unwrapped top folder).
+func planTree(entries []archiveEntry) ([]string, error) {
+	prefix := commonFolder(entries)
+	t := &plannedTree{root: &node{kind: kindDir}}
+	paths := make([]string, len(entries))
+	links := make([]*node, len(entries))
 	var total int64
-	for _, f := range files {
-		name := strings.TrimPrefix(f.name, prefix)
+	for i, e := range entries {
+		name := strings.TrimPrefix(e.name, prefix)
 		if name == "" {
 			continue
 		}
 		if err := workspace.CheckRelPath(name); err != nil {
-			return fmt.Errorf("%w: %q: %w", ErrBadArchive, f.name, err)
+			return nil, fmt.Errorf("%w: %q: %w", ErrBadArchive, e.name, err)
 		}
-		target := filepath.Join(dest, name)
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return err
+		if total += e.size + int64(len(e.link)); total > maxArchiveBytes {
+			return nil, fmt.Errorf("%w: more than %d GiB unpacked", ErrBadArchive, maxArchiveBytes>>30)
 		}
+		n, err := t.add(name, e)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q %w", ErrBadArchive, e.name, err)
+		}
+		if e.kind == kindLink {
+			links[i] = n
+		}
+		paths[i] = name
+	}
+	// Only now is the tree whole: a link may go through links named after
+	// it in the archive.
+	for i, n := range links {
+		if n == nil {
+			continue
+		}
+		if err := t.checkLink(n); err != nil {
+			return nil, fmt.Errorf("%w: %q %w (%q)", ErrBadArchive, entries[i].name, err, entries[i].link)
+		}
+	}
+	return paths, nil
+}
+
+// plannedTree is the tree an archive describes, as far as read so far.
+type plannedTree struct {
+	root     *node
+	visiting int // links being followed, one inside the other
+}
+
+// node is one folder, file or link of a plannedTree.
+type node struct {
+	name     string
+	kind     entryKind
+	parent   *node
+	children map[string]*node
+	link     string // a link's text
+
+	// Where a link leads, once followed, and how many links deep it goes.
+	state linkState
+	to    place
+	depth int
+}
+
+type linkState int
+
+const (
+	unfollowed linkState = iota
+	following
+	followed
+)
+
+// place is where following a path arrived: an entry of the tree, and the
+// components below it that name nothing in the tree (read as text, as a
+// system would create them).
+type place struct {
+	at    *node
+	extra []string
+}
+
+// A system gives up after 40 links in one lookup.
+const maxLinkDepth = 40
+
+var (
+	errLinkOut  = errors.New("links outside the project")
+	errLinkLoop = errors.New("is part of a loop of links")
+	errLinkDeep = fmt.Errorf("goes through more than %d links", maxLinkDepth)
+)
+
+// add puts one entry into the tree. A folder may be named again; anything
+// else only once, and nothing may lie below a file or a link: on disk, such
+// a path would be written through the link.
+func (t *plannedTree) add(name string, e archiveEntry) (*node, error) {
+	dir, parts := t.root, strings.Split(name, "/")
+	for i, part := range parts[:len(parts)-1] {
+		child := dir.children[part]
 		switch {
-		case f.mode.IsDir():
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return err
-			}
-		case f.mode&fs.ModeSymlink != 0:
-			if !linkStaysInside(name, f.link) {
-				return fmt.Errorf("%w: %q links outside the project (%q)", ErrBadArchive, f.name, f.link)
-			}
-			if err := os.Symlink(f.link, target); err != nil {
-				return fmt.Errorf("%w: %q: %w", ErrBadArchive, f.name, err)
-			}
-		case f.mode.IsRegular():
-			n, err := writeFile(target, f, maxArchiveBytes-total)
-			if err != nil {
-				return err
-			}
-			total += n
-		default:
-			return fmt.Errorf("%w: %q is neither a file, a folder nor a link", ErrBadArchive, f.name)
+		case child == nil:
+			child = dir.addChild(part, kindDir)
+		case child.kind == kindLink:
+			return nil, fmt.Errorf("lies below %q, a link", strings.Join(parts[:i+1], "/"))
+		case child.kind == kindFile:
+			return nil, fmt.Errorf("lies below %q, a file", strings.Join(parts[:i+1], "/"))
+		}
+		dir = child
+	}
+	leaf := parts[len(parts)-1]
+	switch was := dir.children[leaf]; {
+	case was == nil:
+	case was.kind == kindDir && e.kind == kindDir:
+		return was, nil
+	case was.kind == kindDir:
+		return nil, errors.New("is also a folder")
+	default:
+		return nil, errors.New("is named twice")
+	}
+	if e.kind == kindLink && (e.link == "" || path.IsAbs(e.link) || strings.IndexByte(e.link, 0) >= 0) {
+		return nil, fmt.Errorf("is a link with an empty, absolute or NUL-holding target (%q)", e.link)
+	}
+	n := dir.addChild(leaf, e.kind)
+	n.link = e.link
+	return n, nil
+}
+
+func (n *node) addChild(name string, kind entryKind) *node {
+	if n.children == nil {
+		n.children = map[string]*node{}
+	}
+	c := &node{name: name, kind: kind, parent: n}
+	n.children[name] = c
+	return c
+}
+
+// checkLink follows the link n through the whole tree, component by
+// component and through every link it meets on the way, as a system
+// resolving it on disk would. It must end inside the tree and not in .git.
+func (t *plannedTree) checkLink(n *node) error {
+	if err := t.follow(n); err != nil {
+		return err
+	}
+	var parts []string
+	for at := n.to.at; at != t.root; at = at.parent {
+		parts = append(parts, at.name)
+	}
+	slices.Reverse(parts)
+	if parts = append(parts, n.to.extra...); len(parts) > 0 {
+		if err := workspace.CheckRelPath(strings.Join(parts, "/")); err != nil {
+			return fmt.Errorf("links to a path that is refused: %w", err)
 		}
 	}
 	return nil
 }
 
-func writeFile(target string, f archiveFile, budget int64) (int64, error) {
-	rc, err := f.open()
-	if err != nil {
-		return 0, fmt.Errorf("%w: %q: %w", ErrBadArchive, f.name, err)
+// follow finds where the link n leads and keeps it in n. Each link is
+// followed once, however many links go through it, and each step costs the
+// same whatever the depth, so the work is bounded by the links' text.
+func (t *plannedTree) follow(n *node) error {
+	switch {
+	case n.state == followed:
+		return nil
+	case n.state == following:
+		return errLinkLoop
+	case t.visiting >= maxLinkDepth:
+		return errLinkDeep
 	}
-	defer rc.Close()
-	perm := fs.FileMode(0o644)
-	if f.mode&0o111 != 0 {
-		perm = 0o755
-	}
-	// O_EXCL: an archive naming a path twice, or a path under one of its
-	// own links, must not write through that link.
-	out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %q: %w", ErrBadArchive, f.name, err)
-	}
-	n, err := io.Copy(out, io.LimitReader(rc, budget+1))
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return n, fmt.Errorf("%w: %q: %w", ErrBadArchive, f.name, err)
-	}
-	if n > budget {
-		return n, fmt.Errorf("%w: more than %d GiB unpacked", ErrBadArchive, maxArchiveBytes>>30)
-	}
-	return n, nil
-}
+	n.state = following
+	t.visiting++
+	defer func() { t.visiting-- }()
 
-// linkStaysInside reports whether a link at name pointing at target
-// resolves inside the tree.
-func linkStaysInside(name, target string) bool {
-	if target == "" || path.IsAbs(target) || strings.ContainsRune(target, 0) {
-		return false
+	p, depth := place{at: n.parent}, 1
+	for comp := range strings.SplitSeq(n.link, "/") {
+		switch {
+		case comp == "" || comp == ".":
+		case comp == ".." && len(p.extra) > 0:
+			p.extra = p.extra[:len(p.extra)-1]
+		case comp == "..":
+			if p.at == t.root {
+				return errLinkOut
+			}
+			p.at = p.at.parent
+		case len(p.extra) > 0 || p.at.children[comp] == nil:
+			p.extra = append(p.extra, comp)
+		case p.at.children[comp].kind == kindLink:
+			via := p.at.children[comp]
+			if err := t.follow(via); err != nil {
+				return err
+			}
+			if depth = max(depth, via.depth+1); depth > maxLinkDepth {
+				return errLinkDeep
+			}
+			p = place{at: via.to.at, extra: slices.Clone(via.to.extra)}
+		default:
+			p.at = p.at.children[comp]
+		}
 	}
-	resolved := path.Join(path.Dir(name), target)
-	return resolved != ".." && !strings.HasPrefix(resolved, "../")
+	n.state, n.to, n.depth = followed, p, depth
+	return nil
 }
 
 // commonFolder returns "top/" when every entry lies in one top folder.
-func commonFolder(files []archiveFile) string {
+func commonFolder(entries []archiveEntry) string {
 	top := ""
-	for _, f := range files {
-		first, _, nested := strings.Cut(f.name, "/")
-		if !nested && !f.mode.IsDir() {
+	for _, e := range entries {
+		first, _, nested := strings.Cut(e.name, "/")
+		if !nested && e.kind != kindDir {
 			return ""
 		}
 		if top == "" {
@@ -161,62 +321,87 @@ func commonFolder(files []archiveFile) string {
 	return top + "/"
 }
 
-// readTarGz reads a gzip'd tar. A tar stream reads once, so file contents are
-// spooled into an unlinked temp file, which the caller closes.
-func readTarGz(r io.Reader) (files []archiveFile, spool *os.File, err error) {
-	gz, err := gzip.NewReader(bufio.NewReader(r))
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrBadArchive, err)
+// cleanName is an archive member's name as entries keep it; "" for the
+// archive's own root, which is skipped.
+func cleanName(name string) string {
+	name = strings.TrimSuffix(strings.TrimPrefix(name, "./"), "/")
+	if name == "." {
+		return ""
 	}
-	tmp, err := os.CreateTemp("", "atelier-import-*")
+	return name
+}
+
+// readTarGz reads a gzip'd tar's headers. A tar has no index, so the
+// contents are read by a second pass over the same bytes.
+func readTarGz(r io.ReaderAt, size int64) (*archive, error) {
+	a := &archive{}
+	err := walkTar(r, size, func(h *tar.Header, _ io.Reader) error {
+		if len(a.entries) >= maxArchiveFiles {
+			return fmt.Errorf("%w: more than %d entries", ErrBadArchive, maxArchiveFiles)
+		}
+		e := archiveEntry{name: cleanName(h.Name)}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			e.kind = kindDir
+		case tar.TypeSymlink:
+			if len(h.Linkname) > maxLinkTarget {
+				return fmt.Errorf("%w: %q is a link of more than %d bytes", ErrBadArchive, h.Name, maxLinkTarget)
+			}
+			e.kind, e.link = kindLink, h.Linkname
+		case tar.TypeReg:
+			e.kind, e.size, e.executable = kindFile, h.Size, h.Mode&0o111 != 0
+		default:
+			return fmt.Errorf("%w: %q is neither a file, a folder nor a link", ErrBadArchive, h.Name)
+		}
+		a.entries = append(a.entries, e)
+		return nil
+	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	os.Remove(tmp.Name()) // unlinked: it vanishes when closed
+	a.contents = func(each func(int, io.Reader) error) error {
+		i := -1
+		return walkTar(r, size, func(h *tar.Header, content io.Reader) error {
+			i++
+			if i >= len(a.entries) || a.entries[i].name != cleanName(h.Name) {
+				return fmt.Errorf("%w: the archive changed while it was read", ErrBadArchive)
+			}
+			if a.entries[i].kind != kindFile {
+				return nil
+			}
+			return each(i, content)
+		})
+	}
+	return a, nil
+}
+
+// walkTar calls each for every member of the gzip'd tar that becomes an
+// entry, the same ones on every walk.
+func walkTar(r io.ReaderAt, size int64, each func(h *tar.Header, content io.Reader) error) error {
+	gz, err := gzip.NewReader(bufio.NewReaderSize(io.NewSectionReader(r, 0, size), 256<<10))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadArchive, err)
+	}
 	tr := tar.NewReader(gz)
-	var offset int64
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return nil
 		}
 		if err != nil {
-			return nil, tmp, fmt.Errorf("%w: %w", ErrBadArchive, err)
+			return fmt.Errorf("%w: %w", ErrBadArchive, err)
 		}
-		if len(files) >= maxArchiveFiles {
-			return nil, tmp, fmt.Errorf("%w: more than %d entries", ErrBadArchive, maxArchiveFiles)
+		if h.Typeflag == tar.TypeXGlobalHeader || cleanName(h.Name) == "" {
+			continue // pax metadata (git archive's commit id), the root itself
 		}
-		name := strings.TrimSuffix(strings.TrimPrefix(h.Name, "./"), "/")
-		if name == "" || name == "." {
-			continue
-		}
-		switch h.Typeflag {
-		case tar.TypeXGlobalHeader:
-			continue // pax metadata, e.g. git archive's commit id
-		case tar.TypeDir:
-			files = append(files, archiveFile{name: name, mode: fs.ModeDir | 0o755})
-		case tar.TypeSymlink:
-			files = append(files, archiveFile{name: name, mode: fs.ModeSymlink, link: h.Linkname})
-		case tar.TypeReg:
-			if offset+h.Size > maxArchiveBytes {
-				return nil, tmp, fmt.Errorf("%w: more than %d GiB unpacked", ErrBadArchive, maxArchiveBytes>>30)
-			}
-			n, err := io.Copy(tmp, tr)
-			if err != nil {
-				return nil, tmp, fmt.Errorf("%w: %q: %w", ErrBadArchive, h.Name, err)
-			}
-			section := io.NewSectionReader(tmp, offset, n)
-			offset += n
-			files = append(files, archiveFile{name: name, mode: fs.FileMode(h.Mode) & 0o777,
-				open: func() (io.ReadCloser, error) { return io.NopCloser(section), nil }})
-		default:
-			return nil, tmp, fmt.Errorf("%w: %q is neither a file, a folder nor a link", ErrBadArchive, h.Name)
+		if err := each(h, tr); err != nil {
+			return err
 		}
 	}
-	return files, tmp, nil
 }
 
-func readZip(r io.ReaderAt, size int64) ([]archiveFile, error) {
+// readZip reads a zip's central directory and the text of its links.
+func readZip(r io.ReaderAt, size int64) (*archive, error) {
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadArchive, err)
@@ -224,32 +409,67 @@ func readZip(r io.ReaderAt, size int64) ([]archiveFile, error) {
 	if len(zr.File) > maxArchiveFiles {
 		return nil, fmt.Errorf("%w: more than %d entries", ErrBadArchive, maxArchiveFiles)
 	}
-	var files []archiveFile
+	a := &archive{}
 	for _, zf := range zr.File {
-		name := strings.TrimSuffix(strings.TrimPrefix(zf.Name, "./"), "/")
-		if name == "" {
+		e := archiveEntry{name: cleanName(zf.Name), zf: zf}
+		if e.name == "" {
 			continue
 		}
-		mode := zf.Mode()
-		af := archiveFile{name: name, mode: mode, open: zf.Open}
-		switch {
+		switch mode := zf.Mode(); {
 		case mode.IsDir():
+			e.kind = kindDir
 		case mode&fs.ModeSymlink != 0:
-			rc, err := zf.Open()
+			link, err := readLinkText(zf)
 			if err != nil {
-				return nil, fmt.Errorf("%w: %q: %w", ErrBadArchive, zf.Name, err)
+				return nil, err
 			}
-			link, err := io.ReadAll(io.LimitReader(rc, 4096))
-			rc.Close()
-			if err != nil {
-				return nil, fmt.Errorf("%w: %q: %w", ErrBadArchive, zf.Name, err)
-			}
-			af.link = string(link)
+			e.kind, e.link = kindLink, link
 		case mode.IsRegular():
+			if zf.UncompressedSize64 > maxArchiveBytes {
+				return nil, fmt.Errorf("%w: more than %d GiB unpacked", ErrBadArchive, maxArchiveBytes>>30)
+			}
+			e.kind, e.size, e.executable = kindFile, int64(zf.UncompressedSize64), mode&0o111 != 0
 		default:
 			return nil, fmt.Errorf("%w: %q is neither a file, a folder nor a link", ErrBadArchive, zf.Name)
 		}
-		files = append(files, af)
+		a.entries = append(a.entries, e)
 	}
-	return files, nil
+	a.contents = func(each func(int, io.Reader) error) error {
+		for i, e := range a.entries {
+			if e.kind != kindFile {
+				continue
+			}
+			if err := openAndRead(e, i, each); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return a, nil
+}
+
+func openAndRead(e archiveEntry, i int, each func(int, io.Reader) error) error {
+	rc, err := e.zf.Open()
+	if err != nil {
+		return fmt.Errorf("%w: %q: %w", ErrBadArchive, e.zf.Name, err)
+	}
+	defer rc.Close()
+	return each(i, rc)
+}
+
+// readLinkText reads a zip link's text, its content.
+func readLinkText(zf *zip.File) (string, error) {
+	rc, err := zf.Open()
+	if err != nil {
+		return "", fmt.Errorf("%w: %q: %w", ErrBadArchive, zf.Name, err)
+	}
+	defer rc.Close()
+	link, err := io.ReadAll(io.LimitReader(rc, maxLinkTarget+1))
+	if err != nil {
+		return "", fmt.Errorf("%w: %q: %w", ErrBadArchive, zf.Name, err)
+	}
+	if len(link) > maxLinkTarget {
+		return "", fmt.Errorf("%w: %q is a link of more than %d bytes", ErrBadArchive, zf.Name, maxLinkTarget)
+	}
+	return string(link), nil
 }

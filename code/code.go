@@ -39,17 +39,16 @@ const binarySniff = 8000
 
 // Service reads and imports project code.
 type Service struct {
-	scratch string // where imports unpack, on the data dir's filesystem
-	ws      *workspace.Workspaces
-	git     *gitsvc.Service
-	store   *codestore.Store
-	db      *models.Store
-	log     *slog.Logger
+	ws    *workspace.Workspaces
+	git   *gitsvc.Service
+	store *codestore.Store
+	db    *models.Store
+	log   *slog.Logger
 }
 
 // NewService returns a Service.
-func NewService(scratch string, ws *workspace.Workspaces, git *gitsvc.Service, store *codestore.Store, db *models.Store, log *slog.Logger) *Service {
-	return &Service{scratch: scratch, ws: ws, git: git, store: store, db: db, log: log}
+func NewService(ws *workspace.Workspaces, git *gitsvc.Service, store *codestore.Store, db *models.Store, log *slog.Logger) *Service {
+	return &Service{ws: ws, git: git, store: store, db: db, log: log}
 }
 
 // Entry is one item of a folder listing.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"atelier/gitsvc"
 	"atelier/models"
@@ -46,17 +45,15 @@ func (s *Service) Import(ctx context.Context, acc *projects.Access, in ImportInp
 	var commitOnto func(ctx context.Context, parent string) (string, error)
 	switch {
 	case in.Archive != nil:
-		dir, err := os.MkdirTemp(s.scratch, "import-")
+		// Reading the archive into git is the slow part; it runs before
+		// the project is locked, and nothing refers to its objects until
+		// the commit below.
+		tree, err := s.writeArchiveTree(ctx, repo, in.Archive, in.Size)
 		if err != nil {
 			return "", err
 		}
-		defer os.RemoveAll(dir)
-		// Unpacking is the slow part; it runs before the project is locked.
-		if err := unpack(in.Archive, in.Size, dir); err != nil {
-			return "", err
-		}
 		commitOnto = func(ctx context.Context, parent string) (string, error) {
-			return s.git.CommitTree(ctx, repo, dir, []string{parent}, "Import "+in.Filename)
+			return s.git.CommitWithParents(ctx, repo, tree, []string{parent}, "Import "+in.Filename)
 		}
 	case in.Source != "":
 		sourceHead, err := s.git.FetchInto(ctx, repo, in.Source, acc.User.IsAdmin)

@@ -59,7 +59,7 @@ const (
 	defaultPath      = "/usr/local/bin:/usr/bin:/bin"
 
 	homeDir     = ".home"     // private HOME for git, under Root
-	tmpDir      = ".tmp"      // temporary indexes
+	tmpDir      = ".tmp"      // temporary indexes and marks
 	trashPrefix = ".removed-" // repositories on their way out
 	lockName    = "atelier.lock"
 )
@@ -191,7 +191,8 @@ func New(cfg Config) (*Service, error) {
 // write-tree from a vanished index would commit an empty tree.
 const staleAge = 24 * time.Hour
 
-// sweep removes what an interrupted RemoveRepo or CommitTree left behind.
+// sweep removes what an interrupted RemoveRepo, CommitTree or BuildTree left
+// behind.
 // Failures only cost disk space, so they are logged, not returned.
 func (s *Service) sweep() {
 	entries, err := os.ReadDir(s.root)

@@ -110,6 +110,10 @@ func TestMethodsTakeTheRightLock(t *testing.T) {
 			_, err := s.CommitWithParents(ctx, r, emptyTree, []string{first}, "m")
 			return err
 		}},
+		{"BuildTree", true, r, func() error {
+			_, err := s.BuildTree(ctx, r, func(b *TreeBuilder) error { return b.Link("l", ".") })
+			return err
+		}},
 		{"FetchInto", true, r, func() error { _, err := s.FetchInto(ctx, r, src, true); return err }},
 		{"RemoveRepo", true, r, func() error { return s.RemoveRepo(ctx, "p") }},
 	}

@@ -101,9 +101,6 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.ScratchDir(), 0o700); err != nil {
-		return nil, err
-	}
 	render, err := views.NewRenderer()
 	if err != nil {
 		return nil, err
@@ -113,7 +110,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		return nil, err
 	}
 	projectSvc := projects.NewService(store, ws, git, codeStore, now, log)
-	codeSvc := code.NewService(cfg.ScratchDir(), ws, git, codeStore, store, log)
+	codeSvc := code.NewService(ws, git, codeStore, store, log)
 	warnUnreachable(log, cfg.WorkspacesRoot, cfg.SandboxDir())
 	recorder := events.New(store, log)
 	sessionSvc := editsession.New(store, git, codeStore, ws, recorder, cfg.Sessions, now, log)

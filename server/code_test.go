@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"io/fs"
 	"log/slog"
 	"mime/multipart"
 	"net"
@@ -61,11 +62,17 @@ func zipOf(t *testing.T, entries []entry) []byte {
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
 	for _, e := range entries {
-		w, err := zw.Create(e.name)
+		h := &zip.FileHeader{Name: e.name, Method: zip.Deflate}
+		body := e.body
+		if e.link != "" {
+			h.SetMode(fs.ModeSymlink | 0o777)
+			body = e.link
+		}
+		w, err := zw.CreateHeader(h)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.Write([]byte(e.body))
+		w.Write([]byte(body))
 	}
 	zw.Close()
 	return buf.Bytes()

@@ -151,10 +151,6 @@ func (c Config) ObjectsDir() string { return filepath.Join(c.DataDir, "objects")
 // project's is its managed folder).
 func (c Config) SandboxDir() string { return filepath.Join(c.DataDir, "sandboxes") }
 
-// ScratchDir holds short-lived work such as unpacked imports; it is on the
-// data dir's filesystem so nothing large lands in a small /tmp.
-func (c Config) ScratchDir() string { return filepath.Join(c.DataDir, "tmp") }
-
 func or(v, fallback string) string {
 	if v == "" {
 		return fallback

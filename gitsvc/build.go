@@ -1,0 +1,221 @@
+package gitsvc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Modes of the entries BuildTree writes: git's own, nothing else.
+const (
+	modeFile       = 0o100644
+	modeExecutable = 0o100755
+	modeLink       = 0o120000
+)
+
+// TreeBuilder receives the files and links of the tree BuildTree writes.
+// Contents go to git as they are read; nothing lands in a work tree, so
+// nothing a link says is ever followed.
+type TreeBuilder struct {
+	out     *bufio.Writer
+	entries []builtEntry
+	kinds   map[string]bool // path → is a folder; leaves (files, links) are false
+}
+
+type builtEntry struct {
+	mode int
+	path string
+}
+
+// File adds the regular file at path with exactly size bytes read from
+// content. A content that ends early fails the whole build.
+func (b *TreeBuilder) File(path string, executable bool, size int64, content io.Reader) error {
+	mode := modeFile
+	if executable {
+		mode = modeExecutable
+	}
+	if size < 0 {
+		return fmt.Errorf("%w: %q: negative size", ErrBadArgument, path)
+	}
+	if err := b.add(path, mode); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.out, "blob\nmark :%d\ndata %d\n", len(b.entries), size)
+	n, err := io.CopyN(b.out, content, size)
+	if err != nil {
+		return fmt.Errorf("gitsvc: build tree: %q: %d of %d bytes: %w", path, n, size, err)
+	}
+	_, err = b.out.WriteString("\n")
+	return err
+}
+
+// Link adds a symbolic link at path whose text is target. Where it points
+// is the caller's rule; here it must only be a link's text.
+func (b *TreeBuilder) Link(path, target string) error {
+	if target == "" || strings.IndexByte(target, 0) >= 0 {
+		return fmt.Errorf("%w: link %q: empty target or NUL byte", ErrBadArgument, path)
+	}
+	if err := b.add(path, modeLink); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(b.out, "blob\nmark :%d\ndata %d\n%s\n", len(b.entries), len(target), target)
+	return err
+}
+
+// add records path as a leaf after checking it fits the tree so far: a
+// clean relative path, no .git, named once, below no file or link and not
+// on a folder. git's index would quietly drop .git paths and replace a file
+// by a folder of the same name; here both are errors.
+func (b *TreeBuilder) add(path string, mode int) error {
+	bad := func(why string) error { return fmt.Errorf("%w: tree path %q: %s", ErrBadArgument, path, why) }
+	if path == "" || strings.IndexByte(path, 0) >= 0 {
+		return bad("empty or holds a NUL byte")
+	}
+	parts := strings.Split(path, "/")
+	for _, p := range parts {
+		if p == "" || p == "." || p == ".." || strings.EqualFold(p, ".git") {
+			return bad("not a clean relative path")
+		}
+	}
+	for i := 1; i < len(parts); i++ {
+		dir := strings.Join(parts[:i], "/")
+		if isDir, seen := b.kinds[dir]; seen && !isDir {
+			return bad("below a file or link")
+		}
+		b.kinds[dir] = true
+	}
+	if _, seen := b.kinds[path]; seen {
+		return bad("named twice or already a folder")
+	}
+	b.kinds[path] = false
+	b.entries = append(b.entries, builtEntry{mode: mode, path: path})
+	return nil
+}
+
+// BuildTree writes a tree into r from the files and links add gives the
+// builder, under r's write lock, and returns its hash. Contents stream into
+// `git fast-import` as blobs; the tree is then made from a temporary index.
+// Nothing is committed: pass the tree to CommitWithParents. add runs on
+// another goroutine and may use the builder only until it returns. When it
+// fails, git is killed before it sees the end of its input, so no tree is
+// made and at most a temporary pack is left for git's own gc.
+func (s *Service) BuildTree(ctx context.Context, r *Repo, add func(*TreeBuilder) error) (string, error) {
+	release, err := s.rlock(ctx, r, true)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	tmp, err := os.MkdirTemp(s.tmp, "build-")
+	if err != nil {
+		return "", fmt.Errorf("gitsvc: build tree: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	marks := filepath.Join(tmp, "marks")
+
+	b := &TreeBuilder{kinds: map[string]bool{}}
+	if err := s.importBlobs(ctx, r, marks, b, add); err != nil {
+		return "", err
+	}
+	oids, err := readMarks(marks, len(b.entries))
+	if err != nil {
+		return "", err
+	}
+	var index strings.Builder
+	for i, e := range b.entries {
+		fmt.Fprintf(&index, "%o %s\t%s\x00", e.mode, oids[i], e.path)
+	}
+	o := runOpts{repo: r, env: []string{"GIT_INDEX_FILE=" + filepath.Join(tmp, "index")}}
+	o.stdin = strings.NewReader(index.String())
+	if _, err := s.run(ctx, newCommand("update-index", "-z", "--index-info"), o); err != nil {
+		return "", err
+	}
+	o.stdin = nil
+	out, err := s.run(ctx, newCommand("write-tree"), o)
+	if err != nil {
+		return "", err
+	}
+	tree := strings.TrimSpace(string(out))
+	if !isOID(tree) {
+		return "", fmt.Errorf("gitsvc: write-tree: unexpected output %q", out)
+	}
+	return tree, nil
+}
+
+// importBlobs runs fast-import with add feeding it through a pipe. The pipe
+// is an *os.File so git reads it directly; on a failure of add the process
+// is killed before its input ends, so git never takes a cut stream for a
+// whole one (nor writes a crash report into the repository).
+func (s *Service) importBlobs(ctx context.Context, r *Repo, marks string, b *TreeBuilder, add func(*TreeBuilder) error) error {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("gitsvc: build tree: %w", err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	fctx, kill := context.WithCancel(ctx)
+	defer kill()
+
+	fed := make(chan error, 1)
+	go func() {
+		b.out = bufio.NewWriterSize(pw, 256<<10)
+		err := add(b)
+		if err == nil {
+			_, err = b.out.WriteString("done\n")
+		}
+		if err == nil {
+			err = b.out.Flush()
+		}
+		if err != nil {
+			kill()
+			fed <- err
+			return
+		}
+		fed <- pw.Close()
+	}()
+	c := newCommand("fast-import", "--quiet", "--done").lit(lit("--export-marks=" + marks))
+	_, runErr := s.run(fctx, c, runOpts{repo: r, stdin: pr})
+	// git is gone: a feeder still writing gets EPIPE instead of waiting
+	// on a pipe nobody reads, and git's own failure is the one to tell.
+	pr.Close()
+	feedErr := <-fed
+	switch {
+	case feedErr != nil && runErr != nil && errors.Is(feedErr, syscall.EPIPE):
+		return runErr
+	case feedErr != nil:
+		return feedErr
+	}
+	return runErr
+}
+
+// readMarks reads fast-import's marks file: ":<n> <oid>" for marks 1..n.
+func readMarks(name string, n int) ([]string, error) {
+	data, err := os.ReadFile(name)
+	if err != nil && !(n == 0 && errors.Is(err, os.ErrNotExist)) {
+		return nil, fmt.Errorf("gitsvc: build tree: marks: %w", err)
+	}
+	oids := make([]string, n)
+	for line := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n") {
+		if line == "" {
+			continue
+		}
+		mark, oid, ok := strings.Cut(line, " ")
+		i, err := strconv.Atoi(strings.TrimPrefix(mark, ":"))
+		if !ok || err != nil || i < 1 || i > n || !isOID(oid) {
+			return nil, fmt.Errorf("gitsvc: build tree: bad marks line %q", line)
+		}
+		oids[i-1] = oid
+	}
+	for i, oid := range oids {
+		if oid == "" {
+			return nil, fmt.Errorf("gitsvc: build tree: no object for mark %d", i+1)
+		}
+	}
+	return oids, nil
+}

@@ -1,0 +1,95 @@
+package gitsvc
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// A tree built from streamed contents holds files, executables and links
+// with their modes and texts, and the links are never followed: a link to
+// "/" with a file named below it cannot even be expressed.
+func TestBuildTree(t *testing.T) {
+	ctx := testContext(t)
+	s := newService(t)
+	r, first := mustCreate(t, s, "p")
+
+	tree, err := s.BuildTree(ctx, r, func(b *TreeBuilder) error {
+		if err := b.File("src/main.go", false, 13, strings.NewReader("package main\n")); err != nil {
+			return err
+		}
+		if err := b.File("run.sh", true, 10, iotest.OneByteReader(strings.NewReader("#!/bin/sh\n"))); err != nil {
+			return err
+		}
+		return b.Link("src/up", "../run.sh")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tgit(t, r.GitDir, "ls-tree", "-r", "--format=%(objectmode) %(path)", tree)
+	if want := "100755 run.sh\n100644 src/main.go\n120000 src/up"; got != want {
+		t.Fatalf("tree:\n%s\nwant:\n%s", got, want)
+	}
+	if got := tgit(t, r.GitDir, "cat-file", "blob", tree+":src/up"); got != "../run.sh" {
+		t.Fatalf("link text %q", got)
+	}
+	if got := tgit(t, r.GitDir, "rev-parse", "main"); got != first {
+		t.Fatal("BuildTree moved main")
+	}
+	if _, err := s.CommitWithParents(ctx, r, tree, []string{first}, "import"); err != nil || tgit(t, r.GitDir, "rev-parse", "main^{tree}") != tree {
+		t.Fatalf("commit of the built tree: %v", err)
+	}
+
+	empty, err := s.BuildTree(ctx, r, func(*TreeBuilder) error { return nil })
+	if err != nil || empty != emptyTree {
+		t.Fatalf("empty build: %s %v", empty, err)
+	}
+}
+
+// Entries that do not make a tree are refused by the builder itself, not
+// quietly dropped or replaced as git's index would; a failing feeder stops
+// git before its input ends, so git leaves no crash report and no tree.
+func TestBuildTreeRefusals(t *testing.T) {
+	ctx := testContext(t)
+	s := newService(t)
+	r, _ := mustCreate(t, s, "p")
+	file := func(b *TreeBuilder, p string) error { return b.File(p, false, 1, strings.NewReader("x")) }
+	cases := map[string]func(*TreeBuilder) error{
+		".git":             func(b *TreeBuilder) error { return file(b, "a/.Git/config") },
+		"dot-dot":          func(b *TreeBuilder) error { return file(b, "a/../b") },
+		"absolute":         func(b *TreeBuilder) error { return file(b, "/etc/x") },
+		"twice":            func(b *TreeBuilder) error { file(b, "a"); return file(b, "a") },
+		"below a link":     func(b *TreeBuilder) error { b.Link("l", "."); return file(b, "l/x") },
+		"below a file":     func(b *TreeBuilder) error { file(b, "f"); return b.Link("f/l", "..") },
+		"file on a folder": func(b *TreeBuilder) error { file(b, "d/x"); return file(b, "d") },
+		"empty link":       func(b *TreeBuilder) error { return b.Link("l", "") },
+	}
+	for name, add := range cases {
+		if _, err := s.BuildTree(ctx, r, add); !errors.Is(err, ErrBadArgument) {
+			t.Errorf("%s: %v, want ErrBadArgument", name, err)
+		}
+	}
+
+	short := func(b *TreeBuilder) error { return b.File("a", false, 100, strings.NewReader("only this")) }
+	if _, err := s.BuildTree(ctx, r, short); !errors.Is(err, io.EOF) {
+		t.Errorf("content shorter than its size: %v", err)
+	}
+	boom := errors.New("the archive broke")
+	failing := func(b *TreeBuilder) error {
+		return b.File("a", false, 1<<20, io.MultiReader(strings.NewReader(strings.Repeat("x", 512<<10)), iotest.ErrReader(boom)))
+	}
+	if _, err := s.BuildTree(ctx, r, failing); !errors.Is(err, boom) {
+		t.Errorf("failing content: %v", err)
+	}
+	crashes, _ := filepath.Glob(filepath.Join(r.GitDir, "fast_import_crash_*"))
+	if len(crashes) != 0 {
+		t.Errorf("git wrote crash reports: %v", crashes)
+	}
+	if left, _ := os.ReadDir(s.tmp); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+}
