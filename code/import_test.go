@@ -58,7 +58,7 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws, err := workspace.New(filepath.Join(base, "workspaces"), []string{base}, nil)
+	ws, err := workspace.New(filepath.Join(base, "workspaces"), []string{base}, workspace.LocalPolicy{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
