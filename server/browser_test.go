@@ -74,6 +74,26 @@ func signIn(h *harness, username, password string) chromedp.Action[chromedp.Void
 	)
 }
 
+// shows waits until an element matching sel is on the page and displayed.
+// It asks the page itself instead of holding a node: htmx swaps the panels
+// of a session page whenever something changes, and a node found just
+// before a swap is gone when the browser is asked about it.
+func shows(sel string) chromedp.Action[chromedp.Void] {
+	poll := chromedp.Poll[bool](fmt.Sprintf(
+		`(() => { const e = document.querySelector(%q); return !!e && e.getClientRects().length > 0 })()`, sel))
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		for {
+			_, err := poll(ctx, t)
+			// A page still navigating has no document to ask yet, or its
+			// old one goes while it is asked (-32000).
+			if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "(-32000)") {
+				return chromedp.Void{}, err
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
 // do runs steps with a deadline, leaving the browser usable afterwards so a
 // failure can describe the page.
 func do(ctx context.Context, steps ...chromedp.Action[chromedp.Void]) error {
@@ -215,10 +235,10 @@ func TestBrowserEditSession(t *testing.T) {
 		signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
-		chromedp.WaitVisible(css(`#changes h2`)), // htmx has loaded the panels
+		shows(`#changes h2`), // htmx has loaded the panels
 		// The tree may be swapped by a refresh at any moment; a click by
 		// script finds the link as it is now.
-		chromedp.WaitVisible(css(`#session a.open-file[data-path="README.md"]`)),
+		shows(`#session a.open-file[data-path="README.md"]`),
 	)
 	if err == nil {
 		_, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('#session a.open-file[data-path="README.md"]').click(); true`))
@@ -274,9 +294,9 @@ func TestBrowserEditSession(t *testing.T) {
 	waitFor("the saved edit after a reload", func() bool { return strings.Contains(editorText(), "from the browser") })
 
 	err = do(ctx,
-		chromedp.WaitVisible(css(`#changes li.modified a`)),
+		shows(`#changes li.modified a`),
 		chromedp.Click(css(`#changes li.modified a`)),
-		chromedp.WaitVisible(css(`#diff pre.unified .add`)),
+		shows(`#diff pre.unified .add`),
 	)
 	if err != nil {
 		t.Fatalf("diff: %v; the page has %s", err, pageState(ctx))
@@ -312,7 +332,7 @@ func TestBrowserIdleWarning(t *testing.T) {
 	err := do(ctx,
 		signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+base),
-		chromedp.WaitVisible(css(`#changes h2`)),
+		shows(`#changes h2`),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -417,12 +437,12 @@ func TestBrowserCommand(t *testing.T) {
 	err := do(ctx, signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
-		chromedp.WaitVisible(css(`#changes h2`)),
+		shows(`#changes h2`),
 		chromedp.SendKeys(css(`input[name=command]`), "echo made > made.txt; echo from-the-box"),
 		chromedp.Click(css(`form.command button`)),
-		chromedp.WaitVisible(css(`.command-result pre.stdout`)),
-		chromedp.WaitVisible(css(`#changes li.added[data-path="made.txt"]`)),
-		chromedp.WaitVisible(css(`#session-tree a[data-path="made.txt"]`)),
+		shows(`.command-result pre.stdout`),
+		shows(`#changes li.added[data-path="made.txt"]`),
+		shows(`#session-tree a[data-path="made.txt"]`),
 	)
 	if err != nil {
 		t.Fatalf("running from the box: %v; the page has %s", err, pageState(ctx))
