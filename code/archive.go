@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -15,12 +14,13 @@ import (
 	"path/filepath"
 	"strings"
 
+	"atelier/fault"
 	"atelier/workspace"
 )
 
 // ErrBadArchive is an upload that cannot become a project's tree: not a
 // .tar.gz or .zip, a path that breaks the rules, a link out, too big.
-var ErrBadArchive = errors.New("code: bad archive")
+var ErrBadArchive = fault.New(fault.BadInput, "bad_archive", "code: bad archive", "Bad archive.")
 
 // Limits of what one import may unpack, against archive bombs.
 const (
@@ -44,7 +44,7 @@ type archiveFile struct {
 func unpack(r io.ReaderAt, size int64, dest string) error {
 	head := make([]byte, 4)
 	if _, err := r.ReadAt(head, 0); err != nil {
-		return fmt.Errorf("%w: too short to be an archive", ErrBadArchive)
+		return fault.Detailf(ErrBadArchive, ": too short to be an archive")
 	}
 	var files []archiveFile
 	var err error
@@ -58,7 +58,7 @@ func unpack(r io.ReaderAt, size int64, dest string) error {
 	case bytes.HasPrefix(head, []byte("PK\x03\x04")), bytes.HasPrefix(head, []byte("PK\x05\x06")):
 		files, err = readZip(r, size)
 	default:
-		return fmt.Errorf("%w: upload a .tar.gz or .zip file", ErrBadArchive)
+		return fault.Detailf(ErrBadArchive, ": upload a .tar.gz or .zip file")
 	}
 	if err != nil {
 		return err
@@ -71,7 +71,7 @@ func unpack(r io.ReaderAt, size int64, dest string) error {
 			continue
 		}
 		if err := workspace.CheckRelPath(name); err != nil {
-			return fmt.Errorf("%w: %q: %w", ErrBadArchive, f.name, err)
+			return fault.Detailf(ErrBadArchive, ": %q: %w", f.name, err)
 		}
 		target := filepath.Join(dest, name)
 		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
@@ -84,10 +84,10 @@ func unpack(r io.ReaderAt, size int64, dest string) error {
 			}
 		case f.mode&fs.ModeSymlink != 0:
 			if !linkStaysInside(name, f.link) {
-				return fmt.Errorf("%w: %q links outside the project (%q)", ErrBadArchive, f.name, f.link)
+				return fault.Detailf(ErrBadArchive, ": %q links outside the project (%q)", f.name, f.link)
 			}
 			if err := os.Symlink(f.link, target); err != nil {
-				return fmt.Errorf("%w: %q: %w", ErrBadArchive, f.name, err)
+				return fault.Detailf(ErrBadArchive, ": %q: %w", f.name, err)
 			}
 		case f.mode.IsRegular():
 			n, err := writeFile(target, f, maxArchiveBytes-total)
@@ -96,7 +96,7 @@ func unpack(r io.ReaderAt, size int64, dest string) error {
 			}
 			total += n
 		default:
-			return fmt.Errorf("%w: %q is neither a file, a folder nor a link", ErrBadArchive, f.name)
+			return fault.Detailf(ErrBadArchive, ": %q is neither a file, a folder nor a link", f.name)
 		}
 	}
 	return nil
@@ -105,7 +105,7 @@ func unpack(r io.ReaderAt, size int64, dest string) error {
 func writeFile(target string, f archiveFile, budget int64) (int64, error) {
 	rc, err := f.open()
 	if err != nil {
-		return 0, fmt.Errorf("%w: %q: %w", ErrBadArchive, f.name, err)
+		return 0, fault.Detailf(ErrBadArchive, ": %q: %w", f.name, err)
 	}
 	defer rc.Close()
 	perm := fs.FileMode(0o644)
@@ -116,17 +116,17 @@ func writeFile(target string, f archiveFile, budget int64) (int64, error) {
 	// own links, must not write through that link.
 	out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %q: %w", ErrBadArchive, f.name, err)
+		return 0, fault.Detailf(ErrBadArchive, ": %q: %w", f.name, err)
 	}
 	n, err := io.Copy(out, io.LimitReader(rc, budget+1))
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return n, fmt.Errorf("%w: %q: %w", ErrBadArchive, f.name, err)
+		return n, fault.Detailf(ErrBadArchive, ": %q: %w", f.name, err)
 	}
 	if n > budget {
-		return n, fmt.Errorf("%w: more than %d GiB unpacked", ErrBadArchive, maxArchiveBytes>>30)
+		return n, fault.Detailf(ErrBadArchive, ": more than %d GiB unpacked", maxArchiveBytes>>30)
 	}
 	return n, nil
 }
@@ -166,7 +166,7 @@ func commonFolder(files []archiveFile) string {
 func readTarGz(r io.Reader) (files []archiveFile, spool *os.File, err error) {
 	gz, err := gzip.NewReader(bufio.NewReader(r))
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrBadArchive, err)
+		return nil, nil, fault.Detailf(ErrBadArchive, ": %w", err)
 	}
 	tmp, err := os.CreateTemp("", "atelier-import-*")
 	if err != nil {
@@ -181,10 +181,10 @@ func readTarGz(r io.Reader) (files []archiveFile, spool *os.File, err error) {
 			break
 		}
 		if err != nil {
-			return nil, tmp, fmt.Errorf("%w: %w", ErrBadArchive, err)
+			return nil, tmp, fault.Detailf(ErrBadArchive, ": %w", err)
 		}
 		if len(files) >= maxArchiveFiles {
-			return nil, tmp, fmt.Errorf("%w: more than %d entries", ErrBadArchive, maxArchiveFiles)
+			return nil, tmp, fault.Detailf(ErrBadArchive, ": more than %d entries", maxArchiveFiles)
 		}
 		name := strings.TrimSuffix(strings.TrimPrefix(h.Name, "./"), "/")
 		if name == "" || name == "." {
@@ -199,18 +199,18 @@ func readTarGz(r io.Reader) (files []archiveFile, spool *os.File, err error) {
 			files = append(files, archiveFile{name: name, mode: fs.ModeSymlink, link: h.Linkname})
 		case tar.TypeReg:
 			if offset+h.Size > maxArchiveBytes {
-				return nil, tmp, fmt.Errorf("%w: more than %d GiB unpacked", ErrBadArchive, maxArchiveBytes>>30)
+				return nil, tmp, fault.Detailf(ErrBadArchive, ": more than %d GiB unpacked", maxArchiveBytes>>30)
 			}
 			n, err := io.Copy(tmp, tr)
 			if err != nil {
-				return nil, tmp, fmt.Errorf("%w: %q: %w", ErrBadArchive, h.Name, err)
+				return nil, tmp, fault.Detailf(ErrBadArchive, ": %q: %w", h.Name, err)
 			}
 			section := io.NewSectionReader(tmp, offset, n)
 			offset += n
 			files = append(files, archiveFile{name: name, mode: fs.FileMode(h.Mode) & 0o777,
 				open: func() (io.ReadCloser, error) { return io.NopCloser(section), nil }})
 		default:
-			return nil, tmp, fmt.Errorf("%w: %q is neither a file, a folder nor a link", ErrBadArchive, h.Name)
+			return nil, tmp, fault.Detailf(ErrBadArchive, ": %q is neither a file, a folder nor a link", h.Name)
 		}
 	}
 	return files, tmp, nil
@@ -219,10 +219,10 @@ func readTarGz(r io.Reader) (files []archiveFile, spool *os.File, err error) {
 func readZip(r io.ReaderAt, size int64) ([]archiveFile, error) {
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadArchive, err)
+		return nil, fault.Detailf(ErrBadArchive, ": %w", err)
 	}
 	if len(zr.File) > maxArchiveFiles {
-		return nil, fmt.Errorf("%w: more than %d entries", ErrBadArchive, maxArchiveFiles)
+		return nil, fault.Detailf(ErrBadArchive, ": more than %d entries", maxArchiveFiles)
 	}
 	var files []archiveFile
 	for _, zf := range zr.File {
@@ -237,17 +237,17 @@ func readZip(r io.ReaderAt, size int64) ([]archiveFile, error) {
 		case mode&fs.ModeSymlink != 0:
 			rc, err := zf.Open()
 			if err != nil {
-				return nil, fmt.Errorf("%w: %q: %w", ErrBadArchive, zf.Name, err)
+				return nil, fault.Detailf(ErrBadArchive, ": %q: %w", zf.Name, err)
 			}
 			link, err := io.ReadAll(io.LimitReader(rc, 4096))
 			rc.Close()
 			if err != nil {
-				return nil, fmt.Errorf("%w: %q: %w", ErrBadArchive, zf.Name, err)
+				return nil, fault.Detailf(ErrBadArchive, ": %q: %w", zf.Name, err)
 			}
 			af.link = string(link)
 		case mode.IsRegular():
 		default:
-			return nil, fmt.Errorf("%w: %q is neither a file, a folder nor a link", ErrBadArchive, zf.Name)
+			return nil, fault.Detailf(ErrBadArchive, ": %q is neither a file, a folder nor a link", zf.Name)
 		}
 		files = append(files, af)
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/fault"
 )
 
 // A repository lock has two halves, always taken in this order and released
@@ -37,7 +39,7 @@ import (
 // reentrant: while holding it, call them with the context from Hold instead.
 func (s *Service) Lock(ctx context.Context, gitDir string, write bool) (release func(), err error) {
 	if !filepath.IsAbs(gitDir) {
-		return nil, fmt.Errorf("%w: git dir %q is not absolute", ErrBadArgument, gitDir)
+		return nil, fault.Detailf(ErrBadArgument, ": git dir %q is not absolute", gitDir)
 	}
 	key, err := filepath.EvalSymlinks(gitDir)
 	if errors.Is(err, fs.ErrNotExist) {

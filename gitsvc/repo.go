@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"atelier/fault"
 )
 
 const maxName = 64
@@ -147,7 +149,7 @@ func (s *Service) OpenCanonical(name string) (*Repo, error) {
 // fs.ErrNotExist.
 func (s *Service) OpenLocal(ctx context.Context, folder string) (*Repo, error) {
 	if !filepath.IsAbs(folder) || strings.ContainsAny(folder, "\n\x00") {
-		return nil, fmt.Errorf("%w: folder %q", ErrBadArgument, folder)
+		return nil, fault.Detailf(ErrBadArgument, ": folder %q", folder)
 	}
 	real, err := filepath.EvalSymlinks(folder)
 	if err != nil {
@@ -156,7 +158,7 @@ func (s *Service) OpenLocal(ctx context.Context, folder string) (*Repo, error) {
 	if fi, err := os.Stat(real); err != nil {
 		return nil, fmt.Errorf("gitsvc: open %s: %w", folder, err)
 	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("%w: %s is not a folder", ErrBadArgument, folder)
+		return nil, fault.Detailf(ErrBadArgument, ": %s is not a folder", folder)
 	}
 	c := newCommand("rev-parse", "--path-format=absolute",
 		"--git-common-dir", "--git-dir", "--is-bare-repository", "--is-inside-work-tree")
@@ -185,7 +187,7 @@ func (s *Service) OpenLocal(ctx context.Context, folder string) (*Repo, error) {
 
 func checkRepo(r *Repo) error {
 	if r == nil || !filepath.IsAbs(r.GitDir) {
-		return fmt.Errorf("%w: no repository", ErrBadArgument)
+		return fault.Detailf(ErrBadArgument, ": no repository")
 	}
 	return nil
 }

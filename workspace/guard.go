@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/fault"
 )
 
 // Reasons a Local path is refused; they are stable and machine-readable.
@@ -34,6 +36,11 @@ type PathError struct {
 
 func (e *PathError) Error() string {
 	return fmt.Sprintf("workspace: path %q refused (%s): %s", e.Path, e.Reason, e.Message)
+}
+
+// Fault answers 400 with the refusal's own reason, message and hint.
+func (e *PathError) Fault() fault.Fault {
+	return fault.Fault{Kind: fault.BadInput, Reason: e.Reason, Message: e.Message, Hint: e.Hint}
 }
 
 // systemTrees are top-level folders refused together with everything below
