@@ -14,17 +14,18 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"atelier/fault"
 	"atelier/models"
 )
 
 var (
-	ErrBadCredentials = errors.New("auth: wrong username or password")
-	ErrSignInRequired = errors.New("auth: sign in required")
-	ErrNotSiteAdmin   = errors.New("auth: site admins only")
-	ErrCSRF           = errors.New("auth: missing or wrong CSRF token")
-	ErrBadUsername    = errors.New("auth: a username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit")
-	ErrWeakPassword   = fmt.Errorf("auth: a password has at least %d characters", MinPasswordLength)
-	ErrUserExists     = errors.New("auth: that username is taken")
+	ErrBadCredentials = fault.New(fault.Unauthorized, "bad_credentials", "auth: wrong username or password", "Wrong username or password.")
+	ErrSignInRequired = fault.New(fault.Unauthorized, "sign_in_required", "auth: sign in required", "Please sign in.")
+	ErrNotSiteAdmin   = fault.New(fault.Forbidden, "site_admin_only", "auth: site admins only", "Only site admins can do that.")
+	ErrCSRF           = fault.New(fault.Forbidden, "csrf", "auth: missing or wrong CSRF token", "The form is out of date or was not sent by Atelier; reload the page and try again.")
+	ErrBadUsername    = fault.New(fault.BadInput, "bad_username", "auth: a username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit", "A username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit.")
+	ErrWeakPassword   = fault.New(fault.BadInput, "weak_password", fmt.Sprintf("auth: a password has at least %d characters", MinPasswordLength), fmt.Sprintf("A password has at least %d characters.", MinPasswordLength))
+	ErrUserExists     = fault.New(fault.Conflict, "user_exists", "auth: that username is taken", "That username is taken.")
 )
 
 // SessionTTL is how long a sign-in lasts.

@@ -1,5 +1,7 @@
 package auth
 
+import "atelier/fault"
+
 // Role is a person's role in one project.
 type Role string
 
@@ -42,8 +44,4 @@ func Can(role Role, action Action) bool {
 }
 
 // ErrForbidden is a member without the permission an action needs.
-var ErrForbidden = errorString("auth: your role in this project does not allow that")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var ErrForbidden = fault.New(fault.Forbidden, "forbidden", "auth: your role in this project does not allow that", "Your role in this project does not allow that.")

@@ -15,13 +15,14 @@ import (
 	"slices"
 	"strings"
 
+	"atelier/fault"
 	"atelier/gitsvc"
 	"atelier/workspace"
 )
 
 // ErrBadArchive is an upload that cannot become a project's tree: not a
 // .tar.gz or .zip, a path that breaks the rules, a link out, too big.
-var ErrBadArchive = errors.New("code: bad archive")
+var ErrBadArchive = fault.New(fault.BadInput, "bad_archive", "code: bad archive", "Bad archive.")
 
 // Limits of what one import may unpack, against archive bombs.
 const (
@@ -84,7 +85,7 @@ func (s *Service) writeArchiveTree(ctx context.Context, repo *gitsvc.Repo, r io.
 		return a.contents(func(i int, content io.Reader) error {
 			e := a.entries[i]
 			if err := b.File(paths[i], e.executable, e.size, content); err != nil {
-				return fmt.Errorf("%w: %q: %w", ErrBadArchive, e.name, err)
+				return fault.Detailf(ErrBadArchive, ": %q: %w", e.name, err)
 			}
 			return nil
 		})
@@ -94,7 +95,7 @@ func (s *Service) writeArchiveTree(ctx context.Context, repo *gitsvc.Repo, r io.
 func readArchive(r io.ReaderAt, size int64) (*archive, error) {
 	head := make([]byte, 4)
 	if _, err := r.ReadAt(head, 0); err != nil {
-		return nil, fmt.Errorf("%w: too short to be an archive", ErrBadArchive)
+		return nil, fault.Detailf(ErrBadArchive, ": too short to be an archive")
 	}
 	switch {
 	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
@@ -102,7 +103,7 @@ func readArchive(r io.ReaderAt, size int64) (*archive, error) {
 	case bytes.HasPrefix(head, []byte("PK\x03\x04")), bytes.HasPrefix(head, []byte("PK\x05\x06")):
 		return readZip(r, size)
 	}
-	return nil, fmt.Errorf("%w: upload a .tar.gz or .zip file", ErrBadArchive)
+	return nil, fault.Detailf(ErrBadArchive, ": upload a .tar.gz or .zip file")
 }
 
 // planTree checks the entries as the tree they make together and returns
@@ -119,14 +120,14 @@ func planTree(entries []archiveEntry) ([]string, error) {
 			continue
 		}
 		if err := workspace.CheckRelPath(name); err != nil {
-			return nil, fmt.Errorf("%w: %q: %w", ErrBadArchive, e.name, err)
+			return nil, fault.Detailf(ErrBadArchive, ": %q: %w", e.name, err)
 		}
 		if total += e.size + int64(len(e.link)); total > maxArchiveBytes {
-			return nil, fmt.Errorf("%w: more than %d GiB unpacked", ErrBadArchive, maxArchiveBytes>>30)
+			return nil, fault.Detailf(ErrBadArchive, ": more than %d GiB unpacked", maxArchiveBytes>>30)
 		}
 		n, err := t.add(name, e)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %q %w", ErrBadArchive, e.name, err)
+			return nil, fault.Detailf(ErrBadArchive, ": %q %w", e.name, err)
 		}
 		if e.kind == kindLink {
 			links[i] = n
@@ -140,7 +141,7 @@ func planTree(entries []archiveEntry) ([]string, error) {
 			continue
 		}
 		if err := t.checkLink(n); err != nil {
-			return nil, fmt.Errorf("%w: %q %w (%q)", ErrBadArchive, entries[i].name, err, entries[i].link)
+			return nil, fault.Detailf(ErrBadArchive, ": %q %w (%q)", entries[i].name, err, entries[i].link)
 		}
 	}
 	return paths, nil
@@ -337,7 +338,7 @@ func readTarGz(r io.ReaderAt, size int64) (*archive, error) {
 	a := &archive{}
 	err := walkTar(r, size, func(h *tar.Header, _ io.Reader) error {
 		if len(a.entries) >= maxArchiveFiles {
-			return fmt.Errorf("%w: more than %d entries", ErrBadArchive, maxArchiveFiles)
+			return fault.Detailf(ErrBadArchive, ": more than %d entries", maxArchiveFiles)
 		}
 		e := archiveEntry{name: cleanName(h.Name)}
 		switch h.Typeflag {
@@ -345,13 +346,13 @@ func readTarGz(r io.ReaderAt, size int64) (*archive, error) {
 			e.kind = kindDir
 		case tar.TypeSymlink:
 			if len(h.Linkname) > maxLinkTarget {
-				return fmt.Errorf("%w: %q is a link of more than %d bytes", ErrBadArchive, h.Name, maxLinkTarget)
+				return fault.Detailf(ErrBadArchive, ": %q is a link of more than %d bytes", h.Name, maxLinkTarget)
 			}
 			e.kind, e.link = kindLink, h.Linkname
 		case tar.TypeReg:
 			e.kind, e.size, e.executable = kindFile, h.Size, h.Mode&0o111 != 0
 		default:
-			return fmt.Errorf("%w: %q is neither a file, a folder nor a link", ErrBadArchive, h.Name)
+			return fault.Detailf(ErrBadArchive, ": %q is neither a file, a folder nor a link", h.Name)
 		}
 		a.entries = append(a.entries, e)
 		return nil
@@ -364,7 +365,7 @@ func readTarGz(r io.ReaderAt, size int64) (*archive, error) {
 		return walkTar(r, size, func(h *tar.Header, content io.Reader) error {
 			i++
 			if i >= len(a.entries) || a.entries[i].name != cleanName(h.Name) {
-				return fmt.Errorf("%w: the archive changed while it was read", ErrBadArchive)
+				return fault.Detailf(ErrBadArchive, ": the archive changed while it was read")
 			}
 			if a.entries[i].kind != kindFile {
 				return nil
@@ -380,7 +381,7 @@ func readTarGz(r io.ReaderAt, size int64) (*archive, error) {
 func walkTar(r io.ReaderAt, size int64, each func(h *tar.Header, content io.Reader) error) error {
 	gz, err := gzip.NewReader(bufio.NewReaderSize(io.NewSectionReader(r, 0, size), 256<<10))
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrBadArchive, err)
+		return fault.Detailf(ErrBadArchive, ": %w", err)
 	}
 	tr := tar.NewReader(gz)
 	for {
@@ -389,7 +390,7 @@ func walkTar(r io.ReaderAt, size int64, each func(h *tar.Header, content io.Read
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %w", ErrBadArchive, err)
+			return fault.Detailf(ErrBadArchive, ": %w", err)
 		}
 		if h.Typeflag == tar.TypeXGlobalHeader || cleanName(h.Name) == "" {
 			continue // pax metadata (git archive's commit id), the root itself
@@ -404,10 +405,10 @@ func walkTar(r io.ReaderAt, size int64, each func(h *tar.Header, content io.Read
 func readZip(r io.ReaderAt, size int64) (*archive, error) {
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadArchive, err)
+		return nil, fault.Detailf(ErrBadArchive, ": %w", err)
 	}
 	if len(zr.File) > maxArchiveFiles {
-		return nil, fmt.Errorf("%w: more than %d entries", ErrBadArchive, maxArchiveFiles)
+		return nil, fault.Detailf(ErrBadArchive, ": more than %d entries", maxArchiveFiles)
 	}
 	a := &archive{}
 	for _, zf := range zr.File {
@@ -426,11 +427,11 @@ func readZip(r io.ReaderAt, size int64) (*archive, error) {
 			e.kind, e.link = kindLink, link
 		case mode.IsRegular():
 			if zf.UncompressedSize64 > maxArchiveBytes {
-				return nil, fmt.Errorf("%w: more than %d GiB unpacked", ErrBadArchive, maxArchiveBytes>>30)
+				return nil, fault.Detailf(ErrBadArchive, ": more than %d GiB unpacked", maxArchiveBytes>>30)
 			}
 			e.kind, e.size, e.executable = kindFile, int64(zf.UncompressedSize64), mode&0o111 != 0
 		default:
-			return nil, fmt.Errorf("%w: %q is neither a file, a folder nor a link", ErrBadArchive, zf.Name)
+			return nil, fault.Detailf(ErrBadArchive, ": %q is neither a file, a folder nor a link", zf.Name)
 		}
 		a.entries = append(a.entries, e)
 	}
@@ -451,7 +452,7 @@ func readZip(r io.ReaderAt, size int64) (*archive, error) {
 func openAndRead(e archiveEntry, i int, each func(int, io.Reader) error) error {
 	rc, err := e.zf.Open()
 	if err != nil {
-		return fmt.Errorf("%w: %q: %w", ErrBadArchive, e.zf.Name, err)
+		return fault.Detailf(ErrBadArchive, ": %q: %w", e.zf.Name, err)
 	}
 	defer rc.Close()
 	return each(i, rc)
@@ -461,15 +462,15 @@ func openAndRead(e archiveEntry, i int, each func(int, io.Reader) error) error {
 func readLinkText(zf *zip.File) (string, error) {
 	rc, err := zf.Open()
 	if err != nil {
-		return "", fmt.Errorf("%w: %q: %w", ErrBadArchive, zf.Name, err)
+		return "", fault.Detailf(ErrBadArchive, ": %q: %w", zf.Name, err)
 	}
 	defer rc.Close()
 	link, err := io.ReadAll(io.LimitReader(rc, maxLinkTarget+1))
 	if err != nil {
-		return "", fmt.Errorf("%w: %q: %w", ErrBadArchive, zf.Name, err)
+		return "", fault.Detailf(ErrBadArchive, ": %q: %w", zf.Name, err)
 	}
 	if len(link) > maxLinkTarget {
-		return "", fmt.Errorf("%w: %q is a link of more than %d bytes", ErrBadArchive, zf.Name, maxLinkTarget)
+		return "", fault.Detailf(ErrBadArchive, ": %q is a link of more than %d bytes", zf.Name, maxLinkTarget)
 	}
 	return string(link), nil
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 
+	"atelier/fault"
 	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/projects"
@@ -24,9 +25,9 @@ import (
 var (
 	// ErrLocalProject refuses what only a Container project has, such as
 	// importing into canonical.
-	ErrLocalProject = errors.New("code: a Local project's code is its folder; import into it with your own tools")
+	ErrLocalProject = fault.New(fault.Conflict, "local_project", "code: a Local project's code is its folder; import into it with your own tools", "A Local project's code is its folder; import into it with your own tools.")
 	// ErrNoCanonical is a Container project whose repository is missing.
-	ErrNoCanonical = errors.New("code: the project has no canonical repository")
+	ErrNoCanonical = fault.New(fault.Conflict, "no_canonical", "code: the project has no canonical repository", "The project has no canonical repository.")
 )
 
 // DisplayLimit is the largest text file the viewer shows; bigger ones are

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"atelier/fault"
 	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/projects"
@@ -13,9 +14,9 @@ import (
 
 var (
 	// ErrNothingToImport is an import with neither an archive nor a source.
-	ErrNothingToImport = errors.New("code: send an archive (.tar.gz or .zip) or a git source to import")
+	ErrNothingToImport = fault.New(fault.BadInput, "nothing_to_import", "code: send an archive (.tar.gz or .zip) or a git source to import", "Send an archive (.tar.gz or .zip) or a git source to import.")
 	// ErrSourceFailed is a git source that could not be fetched.
-	ErrSourceFailed = errors.New("code: the git source could not be fetched")
+	ErrSourceFailed = fault.New(fault.Upstream, "source_failed", "code: the git source could not be fetched", "The git source could not be fetched.")
 )
 
 // ImportInput is an uploaded archive or a git source to clone.
@@ -66,7 +67,7 @@ func (s *Service) Import(ctx context.Context, acc *projects.Access, in ImportInp
 			} else {
 				s.log.Warn("import fetch failed", "project", p.ID, "err", err)
 			}
-			return "", fmt.Errorf("%w: %s", ErrSourceFailed, gitsvc.SanitizeURL(in.Source))
+			return "", fault.Detailf(ErrSourceFailed, ": %s", gitsvc.SanitizeURL(in.Source))
 		}
 		if err != nil {
 			return "", err

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"atelier/fault"
 	"atelier/meter"
 	"atelier/models"
 	"atelier/projects"
@@ -26,7 +27,7 @@ const (
 )
 
 // ErrNoSandbox is a session opened before sessions had a uid of their own.
-var ErrNoSandbox = errors.New("editsession: this session has no sandbox user; discard it and open a new one")
+var ErrNoSandbox = fault.New(fault.Conflict, "no_sandbox", "editsession: this session has no sandbox user; discard it and open a new one", "This session has no sandbox user; discard it and open a new one.")
 
 // Sandboxes is what commands need to run: where sessions' files go and the
 // sandbox itself.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"atelier/events"
+	"atelier/fault"
 	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/projects"
@@ -43,28 +44,34 @@ const (
 var (
 	// ErrNotFound is a session that does not exist or is someone else's:
 	// the two look the same from outside.
-	ErrNotFound     = errors.New("editsession: no such session")
-	ErrBinary       = errors.New("editsession: only text files can be edited (this one has a NUL byte)")
-	ErrTooLarge     = fmt.Errorf("editsession: a file is at most %d bytes", MaxFileBytes)
-	ErrTooManyPaths = fmt.Errorf("editsession: a session changes at most %d paths", MaxPaths)
-	ErrStale        = errors.New("editsession: the file changed since you loaded it (another tab?)")
-	ErrNoBase       = errors.New("editsession: the project's folder is not a git repository with a commit, so there is nothing to fork")
-	ErrFileNotFound = errors.New("editsession: no such file")
-	ErrEmptyCommand = errors.New("editsession: type a command to run")
+	ErrNotFound     = fault.New(fault.NotFound, "not_found", "editsession: no such session", "There is no such session.")
+	ErrBinary       = fault.New(fault.Unsupported, "binary", "editsession: only text files can be edited (this one has a NUL byte)", "Only text files can be edited (this one has a NUL byte).")
+	ErrTooLarge     = fault.New(fault.TooLarge, "too_large", fmt.Sprintf("editsession: a file is at most %d bytes", MaxFileBytes), fmt.Sprintf("A file is at most %d bytes.", MaxFileBytes))
+	ErrTooManyPaths = fault.New(fault.Conflict, "too_many_paths", fmt.Sprintf("editsession: a session changes at most %d paths", MaxPaths), fmt.Sprintf("A session changes at most %d paths.", MaxPaths))
+	ErrStale        = fault.New(fault.PreconditionFailed, "stale", "editsession: the file changed since you loaded it (another tab?)", "The file changed since you loaded it (another tab?).")
+	ErrNoBase       = fault.New(fault.Conflict, "no_base", "editsession: the project's folder is not a git repository with a commit, so there is nothing to fork", "The project's folder is not a git repository with a commit, so there is nothing to fork.")
+	ErrFileNotFound = fault.New(fault.NotFound, "not_found", "editsession: no such file", "No such file.")
+	ErrEmptyCommand = fault.New(fault.BadInput, "empty_command", "editsession: type a command to run", "Type a command to run.")
 )
 
 // GoneError is a request to a session that has ended.
 type GoneError struct{ Reason string }
 
-func (e *GoneError) Error() string {
-	return "editsession: the session has ended: " + map[string]string{
-		ReasonDiscarded:      "it was discarded",
-		ReasonIdle:           "nothing happened in it for too long",
-		ReasonMaxAge:         "it reached its maximum age",
-		ReasonArchived:       "the project was archived",
-		ReasonProjectDeleted: "the project was deleted",
-		"submitted":          "it was submitted",
-	}[e.Reason]
+func (e *GoneError) Error() string { return "editsession: the session has ended: " + goneWhy[e.Reason] }
+
+// Fault answers 410 with the reason the session ended.
+func (e *GoneError) Fault() fault.Fault {
+	return fault.Fault{Kind: fault.Gone, Reason: e.Reason, Message: "The session has ended: " + goneWhy[e.Reason] + "."}
+}
+
+// goneWhy says why a session ended, by its close reason.
+var goneWhy = map[string]string{
+	ReasonDiscarded:      "it was discarded",
+	ReasonIdle:           "nothing happened in it for too long",
+	ReasonMaxAge:         "it reached its maximum age",
+	ReasonArchived:       "the project was archived",
+	ReasonProjectDeleted: "the project was deleted",
+	"submitted":          "it was submitted",
 }
 
 // Config holds the limits of time.

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"atelier/fault"
 )
 
 // Batch reads many objects through one `git cat-file --batch` process. It
@@ -80,7 +82,7 @@ func (b *Batch) Read(name string) (objType string, data []byte, err error) {
 		return "", nil, err
 	}
 	if strings.ContainsAny(name, "\n") {
-		return "", nil, fmt.Errorf("%w: object name holds a newline", ErrBadArgument)
+		return "", nil, fault.Detailf(ErrBadArgument, ": object name holds a newline")
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"atelier/fault"
 )
 
 // Modes of the entries BuildTree writes: git's own, nothing else.
@@ -42,7 +44,7 @@ func (b *TreeBuilder) File(path string, executable bool, size int64, content io.
 		mode = modeExecutable
 	}
 	if size < 0 {
-		return fmt.Errorf("%w: %q: negative size", ErrBadArgument, path)
+		return fault.Detailf(ErrBadArgument, ": %q: negative size", path)
 	}
 	if err := b.add(path, mode); err != nil {
 		return err
@@ -60,7 +62,7 @@ func (b *TreeBuilder) File(path string, executable bool, size int64, content io.
 // is the caller's rule; here it must only be a link's text.
 func (b *TreeBuilder) Link(path, target string) error {
 	if target == "" || strings.IndexByte(target, 0) >= 0 {
-		return fmt.Errorf("%w: link %q: empty target or NUL byte", ErrBadArgument, path)
+		return fault.Detailf(ErrBadArgument, ": link %q: empty target or NUL byte", path)
 	}
 	if err := b.add(path, modeLink); err != nil {
 		return err
@@ -74,7 +76,7 @@ func (b *TreeBuilder) Link(path, target string) error {
 // on a folder. git's index would quietly drop .git paths and replace a file
 // by a folder of the same name; here both are errors.
 func (b *TreeBuilder) add(path string, mode int) error {
-	bad := func(why string) error { return fmt.Errorf("%w: tree path %q: %s", ErrBadArgument, path, why) }
+	bad := func(why string) error { return fault.Detailf(ErrBadArgument, ": tree path %q: %s", path, why) }
 	if path == "" || strings.IndexByte(path, 0) >= 0 {
 		return bad("empty or holds a NUL byte")
 	}

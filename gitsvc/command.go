@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/fault"
 )
 
 // lit is an argument written in this package: an option, a constant ref
@@ -66,11 +68,11 @@ func (c *command) url(v string) *command {
 func checkValue(v string) error {
 	switch {
 	case v == "":
-		return fmt.Errorf("%w: empty value", ErrBadArgument)
+		return fault.Detailf(ErrBadArgument, ": empty value")
 	case v[0] == '-':
-		return fmt.Errorf("%w: %q starts with '-'", ErrBadArgument, SanitizeURL(v))
+		return fault.Detailf(ErrBadArgument, ": %q starts with '-'", SanitizeURL(v))
 	case strings.IndexByte(v, 0) >= 0:
-		return fmt.Errorf("%w: value holds a NUL byte", ErrBadArgument)
+		return fault.Detailf(ErrBadArgument, ": value holds a NUL byte")
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"atelier/fault"
 )
 
 // mainRef is the branch the service commits to.
@@ -26,7 +28,7 @@ const mainRef = "refs/heads/main"
 // submodule entry. For a big tree pass a longer WithCommandTimeout.
 func (s *Service) CommitTree(ctx context.Context, r *Repo, dir string, parents []string, message string) (string, error) {
 	if !filepath.IsAbs(dir) {
-		return "", fmt.Errorf("%w: folder %q is not absolute", ErrBadArgument, dir)
+		return "", fault.Detailf(ErrBadArgument, ": folder %q is not absolute", dir)
 	}
 	if err := checkOIDs(parents); err != nil {
 		return "", err
@@ -34,10 +36,10 @@ func (s *Service) CommitTree(ctx context.Context, r *Repo, dir string, parents [
 	if fi, err := os.Stat(dir); err != nil {
 		return "", fmt.Errorf("gitsvc: commit %s: %w", dir, err)
 	} else if !fi.IsDir() {
-		return "", fmt.Errorf("%w: %s is not a folder", ErrBadArgument, dir)
+		return "", fault.Detailf(ErrBadArgument, ": %s is not a folder", dir)
 	}
 	if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil {
-		return "", fmt.Errorf("%w: %s holds .git", ErrBadArgument, dir)
+		return "", fault.Detailf(ErrBadArgument, ": %s holds .git", dir)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("gitsvc: commit %s: %w", dir, err)
 	}
@@ -124,7 +126,7 @@ func isStale(err error) bool {
 func checkOIDs(oids []string) error {
 	for _, o := range oids {
 		if !isOID(o) {
-			return fmt.Errorf("%w: %q is not a full object hash", ErrBadArgument, o)
+			return fault.Detailf(ErrBadArgument, ": %q is not a full object hash", o)
 		}
 	}
 	return nil

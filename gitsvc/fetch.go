@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"atelier/fault"
 )
 
 // importRef receives the source's HEAD in FetchInto.
@@ -87,7 +89,7 @@ func (s *Service) FetchInto(ctx context.Context, r *Repo, source string, trusted
 // transport it may use, or ErrBadArgument.
 func sourceProtocol(source string, trusted bool) (string, error) {
 	refuse := func(why string) (string, error) {
-		return "", fmt.Errorf("%w: source %q: %s", ErrBadArgument, SanitizeURL(source), why)
+		return "", fault.Detailf(ErrBadArgument, ": source %q: %s", SanitizeURL(source), why)
 	}
 	if err := checkValue(source); err != nil {
 		return "", err

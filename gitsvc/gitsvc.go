@@ -17,16 +17,18 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"atelier/fault"
 )
 
 // Sentinel errors. Failures of git itself are *GitError, which these wrap
 // where a failure has one of these meanings.
 var (
-	ErrBadArgument   = errors.New("gitsvc: bad argument")
-	ErrBusy          = errors.New("gitsvc: repository busy")
-	ErrNotRepository = errors.New("gitsvc: not a git repository")
+	ErrBadArgument   = fault.New(fault.BadInput, "bad_source", "gitsvc: bad argument", "Bad argument.")
+	ErrBusy          = fault.New(fault.Unavailable, "repository_busy", "gitsvc: repository busy", "The repository is busy; try again in a moment.")
+	ErrNotRepository = fault.New(fault.BadInput, "not_a_repository", "gitsvc: not a git repository", "The source is not a git repository.")
 	ErrBadName       = errors.New("gitsvc: bad repository name")
-	ErrNotFound      = errors.New("gitsvc: not found")
+	ErrNotFound      = fault.New(fault.NotFound, "not_found", "gitsvc: not found", "Not found.")
 	// ErrConflict means the branch no longer points at the commit the caller
 	// built on: someone else committed first. Nothing was overwritten.
 	ErrConflict = errors.New("gitsvc: branch moved")
@@ -34,7 +36,7 @@ var (
 	ErrNotBlob = errors.New("gitsvc: not a file")
 	// ErrSourceNotAllowed is a fetch source this caller may not use: one on
 	// a network behind the server, or ssh for someone not trusted.
-	ErrSourceNotAllowed = errors.New("gitsvc: source not allowed")
+	ErrSourceNotAllowed = fault.New(fault.Forbidden, "source_not_allowed", "gitsvc: source not allowed", "Source not allowed.")
 	// ErrUnreachable is a source whose host could not be resolved.
 	ErrUnreachable = errors.New("gitsvc: source unreachable")
 )

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/fault"
 )
 
 // A repository lock has two halves, always taken in this order and released
@@ -47,7 +49,7 @@ func (s *Service) Lock(ctx context.Context, gitDir string, write bool) (release 
 // resolveGitDir is the key of gitDir's lock: its real path.
 func resolveGitDir(gitDir string) (string, error) {
 	if !filepath.IsAbs(gitDir) {
-		return "", fmt.Errorf("%w: git dir %q is not absolute", ErrBadArgument, gitDir)
+		return "", fault.Detailf(ErrBadArgument, ": git dir %q is not absolute", gitDir)
 	}
 	key, err := filepath.EvalSymlinks(gitDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -252,7 +254,7 @@ func openLockFile(name string, owner *account) (*os.File, error) {
 func openDirNoLinks(p string) (int, error) {
 	const flags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
-		return -1, fmt.Errorf("%w: folder %q is not absolute and clean", ErrBadArgument, p)
+		return -1, fault.Detailf(ErrBadArgument, ": folder %q is not absolute and clean", p)
 	}
 	fd, err := unix.Open("/", flags, 0)
 	if err != nil {

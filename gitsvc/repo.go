@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"atelier/fault"
 )
 
 const maxName = 64
@@ -148,7 +150,7 @@ func (s *Service) OpenCanonical(name string) (*Repo, error) {
 // fs.ErrNotExist.
 func (s *Service) OpenLocal(ctx context.Context, folder string) (*Repo, error) {
 	if !filepath.IsAbs(folder) || strings.ContainsAny(folder, "\n\x00") {
-		return nil, fmt.Errorf("%w: folder %q", ErrBadArgument, folder)
+		return nil, fault.Detailf(ErrBadArgument, ": folder %q", folder)
 	}
 	real, err := filepath.EvalSymlinks(folder)
 	if err != nil {
@@ -159,7 +161,7 @@ func (s *Service) OpenLocal(ctx context.Context, folder string) (*Repo, error) {
 		return nil, fmt.Errorf("gitsvc: open %s: %w", folder, err)
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("%w: %s is not a folder", ErrBadArgument, folder)
+		return nil, fault.Detailf(ErrBadArgument, ": %s is not a folder", folder)
 	}
 	owner := ownerOf(fi)
 	c := newCommand("rev-parse", "--path-format=absolute",
@@ -207,7 +209,7 @@ func ownerOf(fi os.FileInfo) *account {
 
 func checkRepo(r *Repo) error {
 	if r == nil || !filepath.IsAbs(r.GitDir) {
-		return fmt.Errorf("%w: no repository", ErrBadArgument)
+		return fault.Detailf(ErrBadArgument, ": no repository")
 	}
 	return nil
 }

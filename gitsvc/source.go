@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"atelier/fault"
 )
 
 // maxCredentials bounds the user name and password of a source together;
@@ -43,7 +45,7 @@ func (s *Service) prepareSource(ctx context.Context, source string, trusted bool
 		return nil, err
 	}
 	bad := func(why string) error {
-		return fmt.Errorf("%w: source %q: %s", ErrBadArgument, SanitizeURL(source), why)
+		return fault.Detailf(ErrBadArgument, ": source %q: %s", SanitizeURL(source), why)
 	}
 	switch protocol {
 	case "file":
@@ -52,7 +54,7 @@ func (s *Service) prepareSource(ctx context.Context, source string, trusted bool
 		// Without a key of its own the server could only reach anonymous
 		// ssh servers, and ssh connects to any port it is given.
 		if !trusted {
-			return nil, fmt.Errorf("%w: %s: ssh sources are for site admins; use the repository's https URL", ErrSourceNotAllowed, SanitizeURL(source))
+			return nil, fault.Detailf(ErrSourceNotAllowed, ": %s: ssh sources are for site admins; use the repository's https URL", SanitizeURL(source))
 		}
 		if strings.Contains(source, "://") {
 			u, err := url.Parse(source)
@@ -115,7 +117,7 @@ func (s *Service) prepareSource(ctx context.Context, source string, trusted bool
 		}
 		for _, a := range addrs {
 			if ok, kind := addressAllowed(a, s.allow, own); !ok {
-				return nil, fmt.Errorf("%w: %s: its host is %s, which imports may not reach", ErrSourceNotAllowed, SanitizeURL(source), kind)
+				return nil, fault.Detailf(ErrSourceNotAllowed, ": %s: its host is %s, which imports may not reach", SanitizeURL(source), kind)
 			}
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"atelier/fault"
 )
 
 // Entry is one entry of a tree.
@@ -116,7 +118,7 @@ func treePath(commit, path string, root bool) (string, error) {
 		return "", err
 	}
 	if strings.ContainsAny(commit, ":{}\n") {
-		return "", fmt.Errorf("%w: revision %q", ErrBadArgument, commit)
+		return "", fault.Detailf(ErrBadArgument, ": revision %q", commit)
 	}
 	if path == "" && root {
 		return commit + "^{tree}", nil
@@ -133,11 +135,11 @@ func treePath(commit, path string, root bool) (string, error) {
 // it only ever follows "<commit>:".
 func checkPath(p string) error {
 	if p == "" || strings.IndexByte(p, 0) >= 0 {
-		return fmt.Errorf("%w: path %q", ErrBadArgument, p)
+		return fault.Detailf(ErrBadArgument, ": path %q", p)
 	}
 	for _, part := range strings.Split(p, "/") {
 		if part == "" || part == "." || part == ".." {
-			return fmt.Errorf("%w: path %q", ErrBadArgument, p)
+			return fault.Detailf(ErrBadArgument, ": path %q", p)
 		}
 	}
 	return nil

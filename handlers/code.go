@@ -14,6 +14,7 @@ import (
 
 	"atelier/auth"
 	"atelier/code"
+	"atelier/fault"
 	"atelier/models"
 	"atelier/projects"
 	"atelier/views"
@@ -186,7 +187,7 @@ func (h *Code) Import(c *gin.Context) error {
 	case isTooLarge(err):
 		return tooLarge(h.MaxImportBytes)
 	default:
-		return views.BadRequest("bad_upload", "The upload could not be read.")
+		return errBadUpload
 	}
 	commit, err := h.Code.Import(c.Request.Context(), acc, in)
 	if err != nil {
@@ -225,9 +226,13 @@ func (h *Code) open(c *gin.Context) (*projects.Access, error) {
 	return acc, nil
 }
 
+// errBadUpload is a multipart body that could not be read.
+var errBadUpload = fault.New(fault.BadInput, "bad_upload", "handlers: unreadable upload", "The upload could not be read.")
+
+// tooLarge is an upload over the import limit, which the handler knows.
 func tooLarge(limit int64) error {
-	return &views.Problem{Status: http.StatusRequestEntityTooLarge, Reason: "too_large",
-		Message: fmt.Sprintf("The archive is larger than %d MiB.", limit>>20)}
+	return fault.New(fault.TooLarge, "too_large", fmt.Sprintf("handlers: upload over %d bytes", limit),
+		fmt.Sprintf("The archive is larger than %d MiB.", limit>>20))
 }
 
 func isTooLarge(err error) bool {

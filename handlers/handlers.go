@@ -1,16 +1,16 @@
 // Package handlers holds Atelier's thin Gin handlers: each parses the
 // request, calls a service and renders. Handlers return errors; Adapt turns
-// them into responses through views.ProblemOf.
+// them into responses through ProblemOf (errors.go).
 package handlers
 
 import (
 	"log/slog"
-	"net/http"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
 
 	"atelier/auth"
+	"atelier/fault"
 	"atelier/projects"
 	"atelier/views"
 )
@@ -28,7 +28,7 @@ type Adapter struct {
 func (a Adapter) Handle(fn Func) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if err := fn(c); err != nil {
-			a.Render.RenderError(c, a.Log, err)
+			a.RenderError(c, err)
 			c.Abort()
 		}
 	}
@@ -36,7 +36,20 @@ func (a Adapter) Handle(fn Func) gin.HandlerFunc {
 
 // NotFound answers routes that do not exist like missing projects.
 func (a Adapter) NotFound(c *gin.Context) {
-	a.Render.RenderError(c, a.Log, &views.Problem{Status: http.StatusNotFound, Reason: "not_found", Message: "Not found."})
+	a.RenderError(c, errNoRoute)
+}
+
+// errNoRoute is a URL no route serves.
+var errNoRoute = fault.New(fault.NotFound, "not_found", "handlers: no such route", "Not found.")
+
+// Chrome gives views the signed-in person and the CSRF token every page
+// shows. A nil user is returned as a nil interface, so templates test it
+// plainly.
+func Chrome(c *gin.Context) (user any, csrf string) {
+	if u := auth.User(c); u != nil {
+		return u, auth.CSRFToken(c)
+	}
+	return nil, auth.CSRFToken(c)
 }
 
 // access authorizes action on the project of the URL's :id.

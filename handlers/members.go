@@ -53,7 +53,7 @@ func (h *Projects) answerMembers(c *gin.Context, acc *projects.Access, changeErr
 	var prob *views.Problem
 	status := http.StatusOK
 	if changeErr != nil {
-		prob = views.ProblemOf(changeErr)
+		prob = ProblemOf(changeErr)
 		if prob.Status >= 500 {
 			return changeErr
 		}

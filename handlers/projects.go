@@ -57,7 +57,7 @@ func (h *Projects) Create(c *gin.Context) error {
 	in := projects.CreateInput{Name: c.PostForm("name"), Mode: c.PostForm("mode"), Path: c.PostForm("path")}
 	p, err := h.Projects.Create(c.Request.Context(), auth.User(c), in)
 	if err != nil {
-		prob := views.ProblemOf(err)
+		prob := ProblemOf(err)
 		if prob.Status >= 500 {
 			return err
 		}
@@ -88,7 +88,7 @@ func pathCheckOf(err error) *pathCheckView {
 	if err == nil {
 		return &pathCheckView{OK: true}
 	}
-	p := views.ProblemOf(err)
+	p := ProblemOf(err)
 	return &pathCheckView{Reason: p.Reason, Message: p.Message, Hint: p.Hint}
 }
 
@@ -140,7 +140,7 @@ func (h *Projects) Show(c *gin.Context) error {
 		Members:   members,
 	}
 	if err := h.Projects.CodeReady(acc.Project); err != nil {
-		v.CodeNotReady = views.ProblemOf(err).Message
+		v.CodeNotReady = ProblemOf(err).Message
 	} else {
 		v.CodeReady = true
 	}

@@ -27,7 +27,7 @@ type loginView struct {
 
 func (v loginView) JSON() any {
 	if v.Error != "" {
-		return views.ProblemOf(auth.ErrBadCredentials)
+		return ProblemOf(auth.ErrBadCredentials)
 	}
 	return gin.H{"next": v.Next}
 }

@@ -40,7 +40,7 @@ func (h *Users) Create(c *gin.Context) error {
 	name := c.PostForm("username")
 	u, err := h.Auth.CreateUser(c.Request.Context(), name, c.PostForm("password"), c.PostForm("admin") == "true")
 	if err != nil {
-		p := views.ProblemOf(err)
+		p := ProblemOf(err)
 		if p.Status >= 500 {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"time"
 
+	"atelier/fault"
 	"atelier/models"
 )
 
@@ -38,7 +39,7 @@ const (
 var (
 	// ErrCap refuses a reservation at the project's monthly cap; the server
 	// answers 429 with reason sandbox_cap.
-	ErrCap = errors.New("meter: monthly sandbox cap reached")
+	ErrCap = fault.New(fault.Limit, "sandbox_cap", "meter: monthly sandbox cap reached", "The project has used its sandbox time for this month; editing still works, commands are off until next month.")
 	// ErrSettled is a reservation that was already settled: by its holder,
 	// or by SettleAbandoned in a later server process.
 	ErrSettled = errors.New("meter: reservation already settled")

@@ -15,10 +15,12 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"atelier/fault"
 )
 
 var (
-	ErrNotFound = errors.New("models: not found")
+	ErrNotFound = fault.New(fault.NotFound, "not_found", "models: not found", "Not found.")
 	// ErrConflict is a unique constraint; errors.As to *ConstraintError says which.
 	ErrConflict = errors.New("models: already exists")
 	// ErrInvalid is a row that breaks a rule of the schema, caught by the model

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"atelier/auth"
+	"atelier/fault"
 	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/storage/codestore"
@@ -23,15 +24,15 @@ import (
 )
 
 var (
-	ErrNotFound    = errors.New("projects: no such project")
-	ErrBadName     = errors.New("projects: a project name has 1 to 100 characters and no control characters")
-	ErrBadMode     = errors.New("projects: mode is container or local")
-	ErrPathInMode  = errors.New("projects: a container project takes no path")
-	ErrArchived    = errors.New("projects: the project is archived")
-	ErrLastOwner   = errors.New("projects: a project keeps at least one owner")
-	ErrUnknownUser = errors.New("projects: no user with that name")
-	ErrBadRole     = errors.New("projects: role is owner, admin or member")
-	ErrBadNetwork  = errors.New("projects: the sandbox network is deny or allow")
+	ErrNotFound    = fault.New(fault.NotFound, "not_found", "projects: no such project", "There is no such project, or you are not a member of it.")
+	ErrBadName     = fault.New(fault.BadInput, "bad_name", "projects: a project name has 1 to 100 characters and no control characters", "A project name has 1 to 100 characters and no control characters.")
+	ErrBadMode     = fault.New(fault.BadInput, "bad_mode", "projects: mode is container or local", "Mode is container or local.")
+	ErrPathInMode  = fault.New(fault.BadInput, "path_not_allowed", "projects: a container project takes no path", "A container project takes no path.")
+	ErrArchived    = fault.New(fault.Conflict, "archived", "projects: the project is archived", "The project is archived.")
+	ErrLastOwner   = fault.New(fault.Conflict, "last_owner", "projects: a project keeps at least one owner", "A project keeps at least one owner.")
+	ErrUnknownUser = fault.New(fault.BadInput, "unknown_user", "projects: no user with that name", "No user with that name.")
+	ErrBadRole     = fault.New(fault.BadInput, "bad_role", "projects: role is owner, admin or member", "Role is owner, admin or member.")
+	ErrBadNetwork  = fault.New(fault.BadInput, "bad_network", "projects: the sandbox network is deny or allow", "The sandbox network is deny or allow.")
 )
 
 // maxDirNameTries bounds the search for a free workspace folder name.

@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+
+	"atelier/fault"
 )
 
 // Network is a command's network policy.
@@ -64,7 +66,7 @@ const (
 var (
 	// ErrNetworkUnenforceable: a command asked for Deny, and no network
 	// namespace could be made. The command does not run.
-	ErrNetworkUnenforceable = errors.New("sandbox: network deny cannot be enforced here")
+	ErrNetworkUnenforceable = fault.New(fault.Unavailable, "network_unenforceable", "sandbox: network deny cannot be enforced here", "The server cannot cut this project's sandbox off the network here, so it does not run commands; an administrator can allow the network for the project or give the server CAP_SYS_ADMIN.")
 	ErrBadSpec              = errors.New("sandbox: bad command spec")
 	ErrBadConfig            = errors.New("sandbox: bad config")
 	// ErrInitMissing: New was called in a program whose main did not call

@@ -101,7 +101,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
-	render, err := views.NewRenderer()
+	render, err := views.NewRenderer(handlers.Chrome)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func serverPaths(cfg Config) []string {
 func (a *App) recover(c *gin.Context) {
 	defer func() {
 		if v := recover(); v != nil {
-			a.adapter.Render.RenderError(c, a.log, fmt.Errorf("panic: %v", v))
+			a.adapter.RenderError(c, fmt.Errorf("panic: %v", v))
 			c.Abort()
 		}
 	}()

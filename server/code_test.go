@@ -241,6 +241,9 @@ func TestImportRefusesHostileArchives(t *testing.T) {
 		if p.Error == "" {
 			t.Errorf("%s: no message", name)
 		}
+		if want := "Bad archive: upload a .tar.gz or .zip file."; name == "not an archive" && p.Error != want {
+			t.Errorf("%s: message %q, want %q", name, p.Error, want)
+		}
 	}
 	if after := *c.project(id).CanonicalCommit; after != before {
 		t.Fatal("a refused import moved canonical")

@@ -84,7 +84,8 @@ func serve(t testing.TB, term *Terminal) *httptest.Server {
 	return srv
 }
 
-// statusOf is the mapping the lead adds to views.problems.
+// statusOf answers as handlers.ProblemOf does for the kinds of these errors;
+// the test server cannot import handlers, which sit above terminal.
 func statusOf(err error) int {
 	switch {
 	case errors.Is(err, ErrAccountShells), errors.Is(err, ErrInstanceShells), errors.Is(err, ErrInputFull):

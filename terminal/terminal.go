@@ -24,21 +24,23 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"atelier/fault"
 )
 
 // Errors of the package; each names what the client did or may do next.
 var (
-	ErrAccountShells  = errors.New("terminal: you have as many shells open as an account may; close one first")
-	ErrInstanceShells = errors.New("terminal: the server runs as many shells as it allows; try again later")
-	ErrInputFull      = errors.New("terminal: too much input is waiting for the shell; try again in a moment")
-	ErrInputTooLarge  = errors.New("terminal: that input is larger than the whole input queue")
-	ErrBadSeq         = errors.New("terminal: an input sequence number is a whole number from 1")
-	ErrBadSize        = errors.New("terminal: columns and rows are whole numbers from 1 to 1000")
-	ErrBadOffset      = errors.New("terminal: that resume offset is not a byte offset of this terminal's output")
+	ErrAccountShells  = fault.New(fault.Limit, "account_shells", "terminal: you have as many shells open as an account may; close one first", "You have as many shells open as an account may; close one first.")
+	ErrInstanceShells = fault.New(fault.Limit, "instance_shells", "terminal: the server runs as many shells as it allows; try again later", "The server runs as many shells as it allows; try again later.")
+	ErrInputFull      = fault.New(fault.Limit, "input_full", "terminal: too much input is waiting for the shell; try again in a moment", "Too much input is waiting for the shell; try again in a moment.")
+	ErrInputTooLarge  = fault.New(fault.TooLarge, "too_large", "terminal: that input is larger than the whole input queue", "That input is larger than the whole input queue.")
+	ErrBadSeq         = fault.New(fault.BadInput, "bad_seq", "terminal: an input sequence number is a whole number from 1", "An input sequence number is a whole number from 1.")
+	ErrBadSize        = fault.New(fault.BadInput, "bad_size", "terminal: columns and rows are whole numbers from 1 to 1000", "Columns and rows are whole numbers from 1 to 1000.")
+	ErrBadOffset      = fault.New(fault.BadInput, "bad_offset", "terminal: that resume offset is not a byte offset of this terminal's output", "That resume offset is not a byte offset of this terminal's output.")
 	// ErrNotFound is a terminal that does not exist or is someone else's:
 	// the two look the same from outside.
-	ErrNotFound = errors.New("terminal: no such terminal")
-	ErrClosed   = errors.New("terminal: the terminal has ended")
+	ErrNotFound = fault.New(fault.NotFound, "not_found", "terminal: no such terminal", "There is no such terminal.")
+	ErrClosed   = fault.New(fault.Gone, "terminal_ended", "terminal: the terminal has ended", "The terminal has ended.")
 	ErrSlotUsed = errors.New("terminal: that shell reservation was used or released already")
 )
 

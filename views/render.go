@@ -15,9 +15,6 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-
-	"atelier/auth"
-	"atelier/models"
 )
 
 //go:embed templates
@@ -31,19 +28,25 @@ type JSONer interface {
 
 // Page is what every template receives: the chrome and the view's data.
 type Page struct {
-	User *models.User
+	User any // the signed-in person, or nil
 	CSRF string
 	Data any
 }
 
+// Chrome gives what every page shows besides its view: the signed-in person
+// (nil when nobody is) and the request's CSRF token. The handlers know who is
+// signed in; views only shows it.
+type Chrome func(c *gin.Context) (user any, csrf string)
+
 // Renderer holds one template set per page and one for the partials.
 type Renderer struct {
-	sets map[string]*template.Template
+	sets   map[string]*template.Template
+	chrome Chrome
 }
 
 // NewRenderer parses every template once.
-func NewRenderer() (*Renderer, error) {
-	r := &Renderer{sets: map[string]*template.Template{}}
+func NewRenderer(chrome Chrome) (*Renderer, error) {
+	r := &Renderer{sets: map[string]*template.Template{}, chrome: chrome}
 	partials, err := fs.Glob(templateFS, "templates/partials/*.html")
 	if err != nil {
 		return nil, err
@@ -143,7 +146,8 @@ func (r *Renderer) Render(c *gin.Context, status int, name string, view any) err
 		entry = "content"
 	}
 	var buf bytes.Buffer
-	page := Page{User: auth.User(c), CSRF: auth.CSRFToken(c), Data: view}
+	user, csrf := r.chrome(c)
+	page := Page{User: user, CSRF: csrf, Data: view}
 	if err := set.ExecuteTemplate(&buf, entry, page); err != nil {
 		return fmt.Errorf("views: %s: %w", name, err)
 	}

@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/fault"
 )
 
 // Reasons a Local path is refused; they are stable and machine-readable.
@@ -35,7 +37,8 @@ const (
 // ErrLocalNotAllowed is wrapped by the refusal of a folder outside
 // ATELIER_LOCAL_ROOTS to someone who is not a site admin: the folder may be
 // fine, the person may not use it.
-var ErrLocalNotAllowed = errors.New("workspace: only site admins may use this folder for a Local project")
+var ErrLocalNotAllowed = fault.New(fault.Forbidden, "local_not_allowed",
+	"workspace: only site admins may use this folder for a Local project", "Only site admins may use this folder for a Local project.")
 
 // PathError is a refused Local path. Reason is machine-readable, Message says
 // to a person what is wrong and Hint how to fix it. Err, when set, is the
@@ -53,6 +56,16 @@ func (e *PathError) Error() string {
 }
 
 func (e *PathError) Unwrap() error { return e.Err }
+
+// Fault answers with the refusal's own reason, message and hint: 400, or
+// 403 when the folder may be fine but the person may not use it.
+func (e *PathError) Fault() fault.Fault {
+	kind := fault.BadInput
+	if errors.Is(e.Err, ErrLocalNotAllowed) {
+		kind = fault.Forbidden
+	}
+	return fault.Fault{Kind: kind, Reason: e.Reason, Message: e.Message, Hint: e.Hint}
+}
 
 // systemTrees are top-level folders refused together with everything below
 // them; any top-level folder whose name starts with "lib" is refused too.

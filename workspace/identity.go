@@ -10,13 +10,16 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/fault"
 )
 
 // ErrRootMoved refuses to read a Local project whose folder is no longer
 // the one admitted at creation: it was moved, replaced (by a symlink or by
 // another folder), or a folder on its way changed hands. Nothing is served
 // from it until it is put back.
-var ErrRootMoved = errors.New("workspace: the project's folder was moved or replaced")
+var ErrRootMoved = fault.New(fault.Conflict, "root_moved", "workspace: the project's folder was moved or replaced",
+	"This project's folder is no longer the one it was created with: it was moved or replaced, or a folder above it changed hands, so nothing is read from it. Put the folder back, or create the project again.")
 
 // Identity is what a Local folder was when its project was created: its
 // path with every symlink resolved, and the device and inode found there.

@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/fault"
 )
 
 // FileKind is what an entry of a project's tree is, as the Code page shows it.
@@ -41,10 +43,10 @@ type DirEntry struct {
 
 var (
 	// ErrNotRegular refuses to read a folder, device, FIFO or socket.
-	ErrNotRegular = errors.New("workspace: not a regular file")
+	ErrNotRegular = fault.New(fault.Unsupported, "not_regular_file", "workspace: not a regular file", "That is a device, a pipe or a socket, not a file.")
 	// ErrOutsideRoot refuses a path that a symlink takes out of the
 	// project's folder.
-	ErrOutsideRoot = errors.New("workspace: path leads outside the project folder")
+	ErrOutsideRoot = fault.New(fault.Forbidden, "outside_root", "workspace: path leads outside the project folder", "That path leads outside the project's folder.")
 )
 
 // LocalFS reads a Local project's folder live, for the Code page. Every

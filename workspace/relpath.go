@@ -1,15 +1,16 @@
 package workspace
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"atelier/fault"
 )
 
 // ErrBadPath reports a path inside a project that CheckRelPath or
 // CheckRelDir refuses; the server answers it with 400 and reason bad_path.
-var ErrBadPath = errors.New("workspace: bad path")
+var ErrBadPath = fault.New(fault.BadInput, "bad_path", "workspace: bad path", "Bad path.")
 
 // MaxRelPath is the longest path inside a project, in bytes. It matches the
 // kernel's PATH_MAX, which a path joined to its root could not exceed anyway.
@@ -81,7 +82,7 @@ func checkName(name string) string {
 // badPath wraps ErrBadPath. The path is cut in the message so a refused
 // 4 KiB path does not fill the log.
 func badPath(p, why string) error {
-	return fmt.Errorf("%w %.120q: %s", ErrBadPath, p, why)
+	return fault.Detailf(ErrBadPath, " %.120q: %s", p, why)
 }
 
 // isDotGit reports whether a folder called name could be the repository's

@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"atelier/fault"
 )
 
 // Mode says which kind of folder holds a project's code.
@@ -38,12 +40,12 @@ type Location struct {
 var (
 	// ErrUnsafeRoot reports a stored location that fails the lexical guard
 	// when it is read: the database was written around the creation guard.
-	ErrUnsafeRoot = errors.New("workspace: unsafe project root")
+	ErrUnsafeRoot = fault.New(fault.Internal, "unsafe_root", "workspace: unsafe project root", "This project's folder fails the safety checks; an administrator must fix it.")
 	// ErrBadDirName reports a managed folder name outside ^[A-Za-z0-9_-]{1,64}$.
 	ErrBadDirName = errors.New("workspace: invalid workspace folder name")
 	// ErrNotReady closes the Code tab of a Container project whose managed
 	// folder does not exist yet.
-	ErrNotReady = errors.New("workspace: container workspace not ready")
+	ErrNotReady = fault.New(fault.Conflict, "workspace_not_ready", "workspace: container workspace not ready", "Container workspace not ready.")
 )
 
 // Workspaces resolves project locations against one managed root and guards

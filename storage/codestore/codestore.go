@@ -20,6 +20,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"atelier/fault"
 	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/storage"
@@ -27,9 +28,9 @@ import (
 
 var (
 	// ErrNotFound is a path that is not in the commit.
-	ErrNotFound = errors.New("codestore: no such file or folder")
+	ErrNotFound = fault.New(fault.NotFound, "not_found", "codestore: no such file or folder", "No such file or folder.")
 	// ErrIsDir is a file read of a folder.
-	ErrIsDir = errors.New("codestore: that is a folder")
+	ErrIsDir = fault.New(fault.BadInput, "is_dir", "codestore: that is a folder", "That is a folder.")
 )
 
 // Kinds of entries in a listing.
