@@ -52,7 +52,7 @@ func (s *Service) OpenBatch(ctx context.Context, r *Repo) (*Batch, error) {
 		ctx:     bctx,
 		cancel:  cancel,
 		release: release,
-		timeout: s.timeoutFor(ctx),
+		timeout: s.timeout,
 		max:     s.maxOutput,
 	}
 	cmd.Stderr = b.stderr

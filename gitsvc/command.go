@@ -174,22 +174,6 @@ func isNotRepository(err error) bool {
 	return exitCode(err) == 128 && strings.Contains(stderrOf(err), "not a git repository")
 }
 
-type timeoutKey struct{}
-
-// WithCommandTimeout returns a context under which each git process may run
-// for d instead of Config.Timeout: for clones, fetches and commits of big
-// trees. The context's own deadline, if any, still applies.
-func WithCommandTimeout(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, timeoutKey{}, d)
-}
-
-func (s *Service) timeoutFor(ctx context.Context) time.Duration {
-	if d, ok := ctx.Value(timeoutKey{}).(time.Duration); ok && d > 0 {
-		return d
-	}
-	return s.timeout
-}
-
 // runOpts says where and how a command runs.
 type runOpts struct {
 	repo     *Repo     // run in this repository (--git-dir)
@@ -319,7 +303,7 @@ func (s *Service) run(ctx context.Context, c *command, o runOpts) ([]byte, error
 	if c.err != nil {
 		return nil, c.err
 	}
-	timeout := s.timeoutFor(ctx)
+	timeout := s.timeout
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 

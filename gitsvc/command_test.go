@@ -146,9 +146,6 @@ func TestTimeoutKillsAHangingGit(t *testing.T) {
 		{"config timeout", 300 * time.Millisecond, func(ctx context.Context) (context.Context, context.CancelFunc) {
 			return ctx, func() {}
 		}, context.DeadlineExceeded},
-		{"WithCommandTimeout", time.Hour, func(ctx context.Context) (context.Context, context.CancelFunc) {
-			return WithCommandTimeout(ctx, 300*time.Millisecond), func() {}
-		}, context.DeadlineExceeded},
 		{"caller cancels", time.Hour, func(ctx context.Context) (context.Context, context.CancelFunc) {
 			ctx, cancel := context.WithCancel(ctx)
 			time.AfterFunc(300*time.Millisecond, cancel)

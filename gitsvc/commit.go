@@ -25,7 +25,7 @@ const mainRef = "refs/heads/main"
 //
 // The files are added as `git add -A` sees them, with a temporary index:
 // .gitignore files in dir are honoured, and a nested repository becomes a
-// submodule entry. For a big tree pass a longer WithCommandTimeout.
+// submodule entry.
 func (s *Service) CommitTree(ctx context.Context, r *Repo, dir string, parents []string, message string) (string, error) {
 	if !filepath.IsAbs(dir) {
 		return "", fault.Detailf(ErrBadArgument, ": folder %q is not absolute", dir)

@@ -33,8 +33,7 @@ const importRef = "refs/atelier/import"
 // A user and password in an http(s) URL reach git through a credential
 // helper reading a pipe, never through its arguments or environment, and
 // no redirect is followed, so they go to the host named and nowhere else.
-// A source without a HEAD is ErrNotFound. Pass a longer WithCommandTimeout
-// for big repositories.
+// A source without a HEAD is ErrNotFound.
 func (s *Service) FetchInto(ctx context.Context, r *Repo, source string, trusted bool) (sourceHead string, err error) {
 	src, err := s.prepareSource(ctx, source, trusted)
 	if err != nil {

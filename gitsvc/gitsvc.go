@@ -45,7 +45,7 @@ var (
 type Config struct {
 	Root      string        // <data>/git: canonical repositories live here as <name>.git
 	GitPath   string        // the git binary; default "git" looked up in PATH
-	Timeout   time.Duration // per git process unless WithCommandTimeout says otherwise; default 60 s
+	Timeout   time.Duration // per git process; default 60 s
 	LockWait  time.Duration // longest wait for a repository lock; default 30 s
 	MaxOutput int64         // most bytes read from one process's stdout; default 256 MiB
 	Log       *slog.Logger  // default: discard

@@ -402,13 +402,3 @@ func (rs *reservations) leave(key string, g *gate) {
 		delete(rs.gates, key)
 	}
 }
-
-// state reports a repository's reservation, for tests.
-func (rs *reservations) state(key string) (readers int, writer bool, queued int) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	if g := rs.gates[key]; g != nil {
-		return g.readers, g.writer, len(g.queue)
-	}
-	return 0, false, 0
-}

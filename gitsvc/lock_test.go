@@ -369,3 +369,13 @@ func TestHoldCoversNestedCalls(t *testing.T) {
 		t.Errorf("writing under a read hold: %v, want an immediate refusal", err)
 	}
 }
+
+// state reports a repository's reservation.
+func (rs *reservations) state(key string) (readers int, writer bool, queued int) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if g := rs.gates[key]; g != nil {
+		return g.readers, g.writer, len(g.queue)
+	}
+	return 0, false, 0
+}

@@ -49,12 +49,6 @@ func Up(dsn string) (Status, error) {
 	})
 }
 
-// Check reports the schema's status and refuses a dirty or newer one without
-// changing anything.
-func Check(dsn string) (Status, error) {
-	return run(dsn, func(_ *migrate.Migrate, st Status) error { return refuseUnknown(st) })
-}
-
 // Down reverts every migration. Tests use it to prove the down files work.
 func Down(dsn string) (Status, error) {
 	return run(dsn, func(m *migrate.Migrate, _ Status) error {

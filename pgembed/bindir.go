@@ -40,23 +40,14 @@ type binCandidate struct {
 	version string // the major version when the folder's path tells it, else ""
 }
 
-// FindBinDir returns the folder holding the postgres and initdb programs:
+// binDirFor returns the folder holding the postgres and initdb programs:
 // the one `pg_config --bindir` names when it holds both, else the newest of
 // /usr/lib/postgresql/<version>/bin (and /usr/pgsql-<version>/bin), else the
-// first folder of PATH where initdb is found next to postgres. It returns
-// ErrNoBinaries when there is none.
-func FindBinDir() (string, error) {
-	cands := systemSearch().candidates()
-	if len(cands) == 0 {
-		return "", ErrNoBinaries
-	}
-	return cands[0].dir, nil
-}
-
-// binDirFor is FindBinDir for a cluster whose data was made by major version
-// major: a newer installed version must not win over the one the data needs,
-// which happens on Debian where an upgrade installs the new major next to the
-// old one.
+// first folder of PATH where initdb is found next to postgres; ErrNoBinaries
+// when there is none. For a cluster whose data was made by major version
+// major (or "" for a new one), that version wins: a newer installed version
+// must not win over the one the data needs, which happens on Debian where an
+// upgrade installs the new major next to the old one.
 func (s binSearch) binDirFor(major string) (string, error) {
 	cands := s.candidates()
 	if len(cands) == 0 {

@@ -188,12 +188,12 @@ func TestNoBinaries(t *testing.T) {
 	}
 }
 
-func TestFindBinDirOnThisMachine(t *testing.T) {
-	dir, err := FindBinDir()
+func TestBinDirOnThisMachine(t *testing.T) {
+	dir, err := systemSearch().binDirFor("")
 	if err != nil {
-		t.Fatalf("FindBinDir: %v (the other tests of this package need PostgreSQL too)", err)
+		t.Fatalf("binDirFor: %v (the other tests of this package need PostgreSQL too)", err)
 	}
 	if !hasServer(dir) {
-		t.Errorf("FindBinDir = %s, which lacks postgres or initdb", dir)
+		t.Errorf("binDirFor = %s, which lacks postgres or initdb", dir)
 	}
 }

@@ -99,18 +99,6 @@ func stopCluster(t *testing.T, c *Cluster) {
 	}
 }
 
-func connect(t *testing.T, dsn string) *pgx.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect %q: %v", dsn, err)
-	}
-	t.Cleanup(func() { closeConn(conn) })
-	return conn
-}
-
 func queryString(t *testing.T, dsn, sql string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
