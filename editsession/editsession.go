@@ -196,7 +196,7 @@ func (s *Service) insert(ctx context.Context, cs *models.CodeSession) error {
 // Local one.
 func (s *Service) base(ctx context.Context, p *models.Project) (string, *gitsvc.Repo, error) {
 	if p.WorkspaceMode != models.ModeLocal {
-		repo, err := s.git.OpenCanonical(projects.CanonicalName(p.ID))
+		repo, err := s.git.OpenBare(projects.CanonicalName(p.ID))
 		if err != nil {
 			return "", nil, err
 		}
@@ -254,7 +254,7 @@ func (s *Service) Get(ctx context.Context, acc *projects.Access, id string, touc
 		}
 		cs.LastSeenAt = now
 	}
-	repo, err := s.git.OpenCanonical(forkName(cs.ID))
+	repo, err := s.git.OpenBare(forkName(cs.ID))
 	if err != nil {
 		return nil, fmt.Errorf("editsession: fork of %s: %w", cs.ID, err)
 	}
@@ -284,7 +284,7 @@ func (s *Service) internal(ctx context.Context, id string) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	repo, err := s.git.OpenCanonical(forkName(cs.ID))
+	repo, err := s.git.OpenBare(forkName(cs.ID))
 	if err != nil {
 		return nil, err
 	}

@@ -245,7 +245,7 @@ func (s *Service) publishCanonical(ctx context.Context, p *models.Project) {
 	if p.CanonicalCommit == nil {
 		return
 	}
-	repo, err := s.git.OpenCanonical(CanonicalName(p.ID))
+	repo, err := s.git.OpenBare(CanonicalName(p.ID))
 	if err == nil {
 		_, err = s.code.Publish(ctx, repo, *p.CanonicalCommit)
 	}

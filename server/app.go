@@ -35,10 +35,12 @@ type App struct {
 	Handler  http.Handler
 	Auth     *auth.Service
 	Projects *projects.Service
-	Sessions *editsession.Service
-	Events   *events.Recorder
-	Meter    *meter.Meter
-	Sandbox  *sandbox.Sandbox
+	// EditSessions are people's edit sessions on projects; sign-ins are
+	// Auth's and their pages signIn's.
+	EditSessions *editsession.Service
+	Events       *events.Recorder
+	Meter        *meter.Meter
+	Sandbox      *sandbox.Sandbox
 	// Instance names this server process in leases and reservations.
 	Instance string
 	Shells   *terminal.Manager
@@ -46,9 +48,8 @@ type App struct {
 	log      *slog.Logger
 	adapter  handlers.Adapter
 	cookies  auth.Cookies
-	auth     *auth.Service
 	health   *handlers.Health
-	sessions *handlers.Sessions
+	signIn   *handlers.Sessions
 	projects *handlers.Projects
 	users    *handlers.Users
 	code     *handlers.Code
@@ -131,28 +132,27 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		UIDBase: cfg.Sandbox.UIDBase, UIDCount: cfg.Sandbox.UIDCount, Instance: instance,
 	})
 	a := &App{
-		Auth:     authSvc,
-		Projects: projectSvc,
-		Sessions: sessionSvc,
-		Events:   recorder,
-		Meter:    usage,
-		Sandbox:  box,
-		Instance: instance,
-		Shells:   shells,
-		log:      log,
-		adapter:  handlers.Adapter{Render: render, Log: log},
-		cookies:  auth.Cookies{AlwaysSecure: cfg.SecureCookies},
-		auth:     authSvc,
-		health:   &handlers.Health{Ping: store.Ping},
-		projects: &handlers.Projects{Render: render, Projects: projectSvc},
-		users:    &handlers.Users{Render: render, Auth: authSvc, Store: store},
+		Auth:         authSvc,
+		Projects:     projectSvc,
+		EditSessions: sessionSvc,
+		Events:       recorder,
+		Meter:        usage,
+		Sandbox:      box,
+		Instance:     instance,
+		Shells:       shells,
+		log:          log,
+		adapter:      handlers.Adapter{Render: render, Log: log},
+		cookies:      auth.Cookies{AlwaysSecure: cfg.SecureCookies},
+		health:       &handlers.Health{Ping: store.Ping},
+		projects:     &handlers.Projects{Render: render, Projects: projectSvc},
+		users:        &handlers.Users{Render: render, Auth: authSvc, Store: store},
 		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
 			MaxImportBytes: cfg.MaxImportBytes, MaxRawBytes: maxRawBytes},
 		edit:           &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc, Idle: cfg.Sessions.Idle, Now: now},
 		maxImportBytes: cfg.MaxImportBytes,
 		inputBytes:     shells.Config().InputBytes,
 	}
-	a.sessions = &handlers.Sessions{Render: render, Auth: authSvc, Cookies: a.cookies}
+	a.signIn = &handlers.Sessions{Render: render, Auth: authSvc, Cookies: a.cookies}
 	a.Handler = a.routes()
 	return a, nil
 }

@@ -90,7 +90,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	} else if n > 0 {
 		log.Info("sandbox reservations of a previous run settled", "count", n)
 	}
-	if err := app.Sessions.KillLeftovers(ctx); err != nil {
+	if err := app.EditSessions.KillLeftovers(ctx); err != nil {
 		log.Warn("processes of a previous run not all killed", "err", err)
 	}
 	created, password, err := app.Auth.EnsureFirstAdmin(ctx, cfg.AdminPassword)
@@ -115,7 +115,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	fmt.Fprintf(stdout, "Atelier is serving on http://%s (data in %s)\n", ln.Addr(), cfg.DataDir)
 
 	go app.sweepLoginSessions(ctx, store)
-	go app.Sessions.Run(ctx)
+	go app.EditSessions.Run(ctx)
 	go func() {
 		if err := app.Projects.PublishPending(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("publishing pending canonical commits failed", "err", err)

@@ -209,7 +209,7 @@ func TestTerminalLifetime(t *testing.T) {
 	live, _ := owner.openTerminal(base)
 	before, _ := h.store.TerminalByID(ctx, live.ID)
 	h.clock.Advance(time.Second)
-	h.app.Sessions.Heartbeat(ctx)
+	h.app.EditSessions.Heartbeat(ctx)
 	after, _ := h.store.TerminalByID(ctx, live.ID)
 	if !after.HeartbeatAt.After(before.HeartbeatAt) || after.State != "live" {
 		t.Fatalf("lease not renewed: %+v then %+v", before, after)
@@ -219,7 +219,7 @@ func TestTerminalLifetime(t *testing.T) {
 	if err := h.store.EndTerminal(ctx, live.ID, "lost", h.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	h.app.Sessions.Heartbeat(ctx)
+	h.app.EditSessions.Heartbeat(ctx)
 	waitClosed(t, h, live.ID, "its lease")
 
 	// Losing the right to edit kills it: demote the owner... by adding a
@@ -231,7 +231,7 @@ func TestTerminalLifetime(t *testing.T) {
 	if res := boss.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"owner"}, "role": {"member"}}, jsonAccept); res.StatusCode != http.StatusOK {
 		t.Fatalf("demote: %d %s", res.StatusCode, readBody(res))
 	}
-	h.app.Sessions.Heartbeat(ctx)
+	h.app.EditSessions.Heartbeat(ctx)
 	waitClosed(t, h, term.ID, "its owner's right to edit")
 	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"owner"}, "role": {"owner"}}, jsonAccept)
 	boss.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"owner"}, "role": {"owner"}}, jsonAccept)
@@ -246,7 +246,7 @@ func TestTerminalLifetime(t *testing.T) {
 	}
 	h.clock.Advance(5 * time.Minute) // the reservation no longer covers the shell
 	owner.post(base+"/keepalive", nil, jsonAccept)
-	h.app.Sessions.Heartbeat(ctx)
+	h.app.EditSessions.Heartbeat(ctx)
 	waitClosed(t, h, term.ID, "the month's sandbox time")
 	_, res = owner.openTerminal(base)
 	expectProblem(t, res, http.StatusTooManyRequests, "sandbox_cap")
@@ -279,7 +279,7 @@ func TestTerminalLifetime(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.clock.Advance(time.Minute)
-	restarted.Sessions.Heartbeat(ctx)
+	restarted.EditSessions.Heartbeat(ctx)
 	if lease, _ := h.store.TerminalByID(ctx, crashed.ID); lease.State != "lost" {
 		t.Fatalf("the crashed process's lease is %q, want lost", lease.State)
 	}
