@@ -139,9 +139,13 @@ func (s *Service) runInCheckout(ctx context.Context, sess *Session, uid uint32, 
 	if err != nil {
 		return nil, err
 	}
-	notes, err := s.capture(ctx, sess, co)
+	left, err := s.capture(ctx, sess, co)
 	if err != nil {
 		return nil, err
+	}
+	notes := make([]string, len(left))
+	for i, l := range left {
+		notes[i] = l.Note()
 	}
 	if len(notes) > maxNotes {
 		notes = append(notes[:maxNotes], fmt.Sprintf("and %d more left out", len(notes)-maxNotes))
@@ -153,15 +157,8 @@ func (s *Service) runInCheckout(ctx context.Context, sess *Session, uid uint32, 
 	return &CommandResult{
 		ExitCode: result.ExitCode, Stdout: string(result.Stdout), Stderr: stderr,
 		StdoutTruncated: result.StdoutTruncated, StderrTruncated: result.StderrTruncated,
-		DurationMS: result.Duration.Milliseconds(), Notes: nonNilNotes(notes),
+		DurationMS: result.Duration.Milliseconds(), Notes: notes,
 	}, nil
-}
-
-func nonNilNotes(n []string) []string {
-	if n == nil {
-		return []string{}
-	}
-	return n
 }
 
 // checkoutFor returns the session's checkout, built from the fork and the
