@@ -78,8 +78,8 @@ func gitBlobID(content []byte) string {
 
 // baseEntries is the base tree: path → entry, for blobs, links and
 // submodules.
-func (s *Service) baseEntries(ctx context.Context, sess *Session) (map[string]gitsvc.Entry, error) {
-	_, all, err := s.git.ListAll(ctx, sess.Source.Repo, sess.BaseCommit)
+func (r *Runtime) baseEntries(ctx context.Context, sess *Session) (map[string]gitsvc.Entry, error) {
+	_, all, err := r.git.ListAll(ctx, sess.Source.Repo, sess.BaseCommit)
 	if err != nil {
 		return nil, err
 	}
@@ -94,18 +94,18 @@ func (s *Service) baseEntries(ctx context.Context, sess *Session) (map[string]gi
 
 // build makes a fresh checkout: the base exported by git, the edits written
 // on top, everything owned by the session's user, the top folder 0700.
-func (s *Service) build(ctx context.Context, sess *Session, co *checkout) error {
+func (r *Runtime) build(ctx context.Context, sess *Session, co *checkout) error {
 	if err := os.RemoveAll(co.dir); err != nil {
 		return err
 	}
 	if err := os.Mkdir(co.dir, 0o700); err != nil {
 		return fmt.Errorf("editsession: checkout: %w", err)
 	}
-	if err := s.git.Export(ctx, sess.Source.Repo, sess.BaseCommit, co.dir); err != nil {
+	if err := r.git.Export(ctx, sess.Source.Repo, sess.BaseCommit, co.dir); err != nil {
 		return err
 	}
 	co.synced = map[string]string{}
-	if err := s.sync(ctx, sess, co); err != nil {
+	if err := r.sync(ctx, sess, co); err != nil {
 		return err
 	}
 	return chownTree(co.dir, co.uid, co.gid)
@@ -113,8 +113,8 @@ func (s *Service) build(ctx context.Context, sess *Session, co *checkout) error 
 
 // sync writes into the checkout the edits saved since it last saw them
 // (in the editor, say), and the base again where an edit went away.
-func (s *Service) sync(ctx context.Context, sess *Session, co *checkout) error {
-	edits, err := s.db.SessionFiles(ctx, sess.ID)
+func (r *Runtime) sync(ctx context.Context, sess *Session, co *checkout) error {
+	edits, err := r.db.SessionFiles(ctx, sess.ID)
 	if err != nil {
 		return err
 	}
@@ -138,7 +138,7 @@ func (s *Service) sync(ctx context.Context, sess *Session, co *checkout) error {
 		if current[p] {
 			continue
 		}
-		content, exists, err := s.baseFile(ctx, sess, p)
+		content, exists, err := baseFile(ctx, r.code, sess, p)
 		if err != nil {
 			return err
 		}
@@ -241,8 +241,8 @@ func (l LeftOut) Note() string { return l.Path + ": left out, " + l.Why }
 // capture turns every difference between the checkout and the session's
 // view into an edit, after every process of the session is gone. What
 // cannot be an edit stays out, and the result says why.
-func (s *Service) capture(ctx context.Context, sess *Session, co *checkout) ([]LeftOut, error) {
-	base, err := s.baseEntries(ctx, sess)
+func (r *Runtime) capture(ctx context.Context, sess *Session, co *checkout) ([]LeftOut, error) {
+	base, err := r.baseEntries(ctx, sess)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +250,7 @@ func (s *Service) capture(ctx context.Context, sess *Session, co *checkout) ([]L
 	if err != nil {
 		return nil, err
 	}
-	err = s.inSession(ctx, sess, func(tx *models.Store) error {
+	err = inSession(ctx, r.db, sess, func(tx *models.Store) error {
 		edits, err := tx.SessionFiles(ctx, sess.ID)
 		if err != nil {
 			return err
@@ -278,7 +278,7 @@ func (s *Service) capture(ctx context.Context, sess *Session, co *checkout) ([]L
 				}
 				count++
 			}
-			return tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: p, Content: content, Deleted: deleted, UpdatedAt: s.now()})
+			return tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: p, Content: content, Deleted: deleted, UpdatedAt: r.now()})
 		}
 
 		paths := make([]string, 0, len(files))
@@ -334,7 +334,7 @@ func (s *Service) capture(ctx context.Context, sess *Session, co *checkout) ([]L
 	if err != nil {
 		return nil, err
 	}
-	return left, s.markDiverged(ctx, sess, co)
+	return left, r.markDiverged(ctx, sess, co)
 }
 
 // underUnwalked reports a base path inside a folder the walk did not read;
@@ -348,8 +348,8 @@ func underUnwalked(p string, left []LeftOut) bool {
 	return false
 }
 
-func (s *Service) markDiverged(ctx context.Context, sess *Session, co *checkout) error {
-	edits, err := s.db.SessionFiles(ctx, sess.ID)
+func (r *Runtime) markDiverged(ctx context.Context, sess *Session, co *checkout) error {
+	edits, err := r.db.SessionFiles(ctx, sess.ID)
 	if err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ func (p Precondition) check(current string) error {
 
 // Read returns the file through the read chain: the session's edits, then
 // the base tree (object store, then git).
-func (s *Service) Read(ctx context.Context, sess *Session, path string) (*File, error) {
+func (s *Sessions) Read(ctx context.Context, sess *Session, path string) (*File, error) {
 	if err := workspace.CheckRelPath(path); err != nil {
 		return nil, err
 	}
@@ -80,7 +80,7 @@ func (s *Service) Read(ctx context.Context, sess *Session, path string) (*File, 
 }
 
 // current is the file as the session sees it: its edit, else the base.
-func (s *Service) current(ctx context.Context, db *models.Store, sess *Session, path string) ([]byte, bool, error) {
+func (s *Sessions) current(ctx context.Context, db *models.Store, sess *Session, path string) ([]byte, bool, error) {
 	edit, err := db.SessionFile(ctx, sess.ID, path)
 	switch {
 	case err == nil && edit.Deleted:
@@ -90,13 +90,13 @@ func (s *Service) current(ctx context.Context, db *models.Store, sess *Session, 
 	case !errors.Is(err, models.ErrNotFound):
 		return nil, false, err
 	}
-	return s.baseFile(ctx, sess, path)
+	return baseFile(ctx, s.code, sess, path)
 }
 
 // baseFile reads path at the base commit; a file over the limit is read
 // only far enough to know it is.
-func (s *Service) baseFile(ctx context.Context, sess *Session, path string) ([]byte, bool, error) {
-	data, _, err := s.code.Read(ctx, sess.Source, path, MaxFileBytes+1)
+func baseFile(ctx context.Context, code *codestore.Store, sess *Session, path string) ([]byte, bool, error) {
+	data, _, err := code.Read(ctx, sess.Source, path, MaxFileBytes+1)
 	if errors.Is(err, codestore.ErrNotFound) {
 		return nil, false, nil
 	}
@@ -109,7 +109,7 @@ func (s *Service) baseFile(ctx context.Context, sess *Session, path string) ([]b
 // inBase reports whether path is a file of the base, from the listing of
 // its folder (one cached tree object), without reading the file: the tree
 // and the changes list ask this for every changed path.
-func (s *Service) inBase(ctx context.Context, sess *Session, path string) (bool, error) {
+func (s *Sessions) inBase(ctx context.Context, sess *Session, path string) (bool, error) {
 	dir, name := "", path
 	if i := strings.LastIndexByte(path, '/'); i >= 0 {
 		dir, name = path[:i], path[i+1:]
@@ -131,7 +131,7 @@ func (s *Service) inBase(ctx context.Context, sess *Session, path string) (bool,
 
 // Save stores content as the file at path, byte for byte. Content equal to
 // the base forgets the edit. It returns the new ETag.
-func (s *Service) Save(ctx context.Context, sess *Session, path string, content []byte, cond Precondition) (string, error) {
+func (s *Sessions) Save(ctx context.Context, sess *Session, path string, content []byte, cond Precondition) (string, error) {
 	if err := workspace.CheckRelPath(path); err != nil {
 		return "", err
 	}
@@ -141,11 +141,11 @@ func (s *Service) Save(ctx context.Context, sess *Session, path string, content 
 	if bytes.IndexByte(content, 0) >= 0 {
 		return "", ErrBinary
 	}
-	base, baseExists, err := s.baseFile(ctx, sess, path)
+	base, baseExists, err := baseFile(ctx, s.code, sess, path)
 	if err != nil {
 		return "", err
 	}
-	err = s.inSession(ctx, sess, func(tx *models.Store) error {
+	err = inSession(ctx, s.db, sess, func(tx *models.Store) error {
 		cur, exists, err := s.currentIn(ctx, tx, sess, path, base, baseExists)
 		if err != nil {
 			return err
@@ -168,15 +168,15 @@ func (s *Service) Save(ctx context.Context, sess *Session, path string, content 
 }
 
 // Delete removes the file from the session's tree.
-func (s *Service) Delete(ctx context.Context, sess *Session, path string, cond Precondition) error {
+func (s *Sessions) Delete(ctx context.Context, sess *Session, path string, cond Precondition) error {
 	if err := workspace.CheckRelPath(path); err != nil {
 		return err
 	}
-	base, baseExists, err := s.baseFile(ctx, sess, path)
+	base, baseExists, err := baseFile(ctx, s.code, sess, path)
 	if err != nil {
 		return err
 	}
-	return s.inSession(ctx, sess, func(tx *models.Store) error {
+	return inSession(ctx, s.db, sess, func(tx *models.Store) error {
 		cur, exists, err := s.currentIn(ctx, tx, sess, path, base, baseExists)
 		if err != nil {
 			return err
@@ -200,8 +200,8 @@ func (s *Service) Delete(ctx context.Context, sess *Session, path string, cond P
 // inSession runs fn with the session's row locked after checking again, from
 // the database, that it is still open and the caller's: every write of a
 // session is serialised and none lands in an ended one.
-func (s *Service) inSession(ctx context.Context, sess *Session, fn func(tx *models.Store) error) error {
-	return s.db.Tx(ctx, func(tx *models.Store) error {
+func inSession(ctx context.Context, db *models.Store, sess *Session, fn func(tx *models.Store) error) error {
+	return db.Tx(ctx, func(tx *models.Store) error {
 		cs, err := tx.LockSession(ctx, sess.ID)
 		if err != nil {
 			return err
@@ -216,7 +216,7 @@ func (s *Service) inSession(ctx context.Context, sess *Session, fn func(tx *mode
 	})
 }
 
-func (s *Service) currentIn(ctx context.Context, tx *models.Store, sess *Session, path string, base []byte, baseExists bool) ([]byte, bool, error) {
+func (s *Sessions) currentIn(ctx context.Context, tx *models.Store, sess *Session, path string, base []byte, baseExists bool) ([]byte, bool, error) {
 	edit, err := tx.SessionFile(ctx, sess.ID, path)
 	switch {
 	case err == nil && edit.Deleted:
@@ -231,7 +231,7 @@ func (s *Service) currentIn(ctx context.Context, tx *models.Store, sess *Session
 
 // roomFor refuses a new changed path past the limit; a path already changed
 // can always be saved again.
-func (s *Service) roomFor(ctx context.Context, tx *models.Store, sess *Session, path string) error {
+func (s *Sessions) roomFor(ctx context.Context, tx *models.Store, sess *Session, path string) error {
 	if _, err := tx.SessionFile(ctx, sess.ID, path); err == nil {
 		return nil
 	} else if !errors.Is(err, models.ErrNotFound) {
@@ -269,7 +269,7 @@ type Change struct {
 }
 
 // Changes lists every changed path with how it changed.
-func (s *Service) Changes(ctx context.Context, sess *Session) ([]Change, error) {
+func (s *Sessions) Changes(ctx context.Context, sess *Session) ([]Change, error) {
 	edits, err := s.db.SessionFiles(ctx, sess.ID)
 	if err != nil {
 		return nil, err
@@ -290,7 +290,7 @@ func (s *Service) Changes(ctx context.Context, sess *Session) ([]Change, error) 
 }
 
 // Diff is the unified diff of the file at path against the base.
-func (s *Service) Diff(ctx context.Context, sess *Session, path string) (string, error) {
+func (s *Sessions) Diff(ctx context.Context, sess *Session, path string) (string, error) {
 	if err := workspace.CheckRelPath(path); err != nil {
 		return "", err
 	}
@@ -301,7 +301,7 @@ func (s *Service) Diff(ctx context.Context, sess *Session, path string) (string,
 	if err != nil {
 		return "", err
 	}
-	base, baseExists, err := s.baseFile(ctx, sess, path)
+	base, baseExists, err := baseFile(ctx, s.code, sess, path)
 	if err != nil {
 		return "", err
 	}
@@ -341,7 +341,7 @@ type Entry struct {
 
 // List is one level of dir in the session's tree: the base listing with the
 // session's changes marked, added files and folders included.
-func (s *Service) List(ctx context.Context, sess *Session, dir string) ([]Entry, error) {
+func (s *Sessions) List(ctx context.Context, sess *Session, dir string) ([]Entry, error) {
 	if err := workspace.CheckRelDir(dir); err != nil {
 		return nil, err
 	}

@@ -21,7 +21,9 @@ import (
 type EditSessions struct {
 	Render   *views.Renderer
 	Projects *projects.Service
-	Sessions *editsession.Service
+	Sessions *editsession.Sessions
+	Runtime  *editsession.Runtime
+	Shells   *editsession.Shells
 	Idle     time.Duration
 	// Now is the clock the sessions' limits run on; the page's countdown
 	// follows it.
@@ -280,7 +282,7 @@ func (h *EditSessions) RunCommand(c *gin.Context) error {
 		return err
 	}
 	cmd, folder := c.PostForm("command"), c.PostForm("folder")
-	res, err := h.Sessions.RunCommand(c.Request.Context(), sess, cmd, folder)
+	res, err := h.Runtime.RunCommand(c.Request.Context(), sess, cmd, folder)
 	if err != nil {
 		return err
 	}
@@ -302,7 +304,7 @@ func (h *EditSessions) History(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	cmds, usage, err := h.Sessions.History(c.Request.Context(), sess)
+	cmds, usage, err := h.Runtime.History(c.Request.Context(), sess)
 	if err != nil {
 		return err
 	}

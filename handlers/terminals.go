@@ -27,12 +27,12 @@ func (h *EditSessions) OpenTerminal(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	slot, err := h.Sessions.ReserveShell(auth.User(c))
+	slot, err := h.Shells.ReserveShell(auth.User(c))
 	if err != nil {
 		return err
 	}
 	cols, rows := formInt(c, "cols"), formInt(c, "rows")
-	t, err := h.Sessions.OpenShell(c.Request.Context(), sess, slot, cols, rows)
+	t, err := h.Shells.OpenShell(c.Request.Context(), sess, slot, cols, rows)
 	if err != nil {
 		return err
 	}
@@ -47,7 +47,7 @@ func (h *EditSessions) Terminals(c *gin.Context) error {
 		return err
 	}
 	list := []terminalJSON{}
-	for _, t := range h.Sessions.Shells(sess) {
+	for _, t := range h.Shells.Shells(sess) {
 		list = append(list, termJSON(t))
 	}
 	c.JSON(http.StatusOK, list)
@@ -62,8 +62,8 @@ func (h *EditSessions) Stream(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	t, err := h.Sessions.Shell(sess, c.Param("tid"))
-	if errors.Is(err, terminal.ErrNotFound) && h.Sessions.EndedShell(c.Request.Context(), sess, c.Param("tid")) {
+	t, err := h.Shells.Shell(sess, c.Param("tid"))
+	if errors.Is(err, terminal.ErrNotFound) && h.Shells.EndedShell(c.Request.Context(), sess, c.Param("tid")) {
 		c.Header("Content-Type", "text/event-stream")
 		c.Header("Cache-Control", "no-store")
 		c.String(http.StatusOK, "event: exit\ndata: {\"code\":-1,\"signal\":\"\",\"lost\":true}\n\n")
@@ -116,7 +116,7 @@ func (h *EditSessions) terminal(c *gin.Context, touch bool) (*terminal.Terminal,
 	if err != nil {
 		return nil, err
 	}
-	return h.Sessions.Shell(sess, c.Param("tid"))
+	return h.Shells.Shell(sess, c.Param("tid"))
 }
 
 // formInt reads a whole number from the form or the query; 0 when absent

@@ -108,7 +108,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	srv := httptest.NewServer(app.Handler)
 	t.Cleanup(srv.Close)
 	t.Cleanup(app.Events.Close)
-	t.Cleanup(func() { app.Shells.Close(); app.Sandbox.Close() })
+	t.Cleanup(func() { app.Terminals.Close(); app.Sandbox.Close() })
 	return &harness{t: t, cfg: cfg, store: store, app: app, srv: srv, clock: clk}
 }
 

@@ -90,7 +90,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	} else if n > 0 {
 		log.Info("sandbox reservations of a previous run settled", "count", n)
 	}
-	if err := app.EditSessions.KillLeftovers(ctx); err != nil {
+	if err := app.Runtime.KillLeftovers(ctx); err != nil {
 		log.Warn("processes of a previous run not all killed", "err", err)
 	}
 	created, password, err := app.Auth.EnsureFirstAdmin(ctx, cfg.AdminPassword)
@@ -116,6 +116,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 
 	go app.sweepLoginSessions(ctx, store)
 	go app.EditSessions.Run(ctx)
+	go app.Runtime.Run(ctx)
+	go app.Shells.Run(ctx)
 	go func() {
 		if err := app.Projects.PublishPending(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("publishing pending canonical commits failed", "err", err)
@@ -133,7 +135,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	// shells ends them so Shutdown only waits for ordinary requests.
 	// Shells do not survive the process.
 	app.Events.Close()
-	app.Shells.Close()
+	app.Terminals.Close()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
