@@ -258,13 +258,18 @@ func (s *Sessions) Get(ctx context.Context, acc *projects.Access, id string, tou
 		}
 		cs.LastSeenAt = now
 	}
+	return s.session(cs, acc.Project)
+}
+
+// session is the open row cs of project p with its fork and deadlines.
+func (s *Sessions) session(cs *models.CodeSession, p *models.Project) (*Session, error) {
 	repo, err := s.git.OpenBare(forkName(cs.ID))
 	if err != nil {
 		return nil, fmt.Errorf("editsession: fork of %s: %w", cs.ID, err)
 	}
 	return &Session{
 		CodeSession:  cs,
-		Project:      acc.Project,
+		Project:      p,
 		Source:       codestore.Source{Repo: repo, Commit: cs.BaseCommit},
 		IdleDeadline: cs.LastSeenAt.Add(s.cfg.Idle),
 		MaxDeadline:  cs.OpenedAt.Add(s.cfg.MaxAge),

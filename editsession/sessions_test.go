@@ -134,7 +134,8 @@ func (f *fixture) open() *Session {
 }
 
 func (f *fixture) save(sess *Session, path, content string, cond Precondition) (string, error) {
-	return f.sessions.Save(f.ctx, sess, path, []byte(content), cond)
+	_, etag, err := f.sessions.Save(f.ctx, f.owner, sess.ID, path, []byte(content), cond)
+	return etag, err
 }
 
 // TestExactBytes: a file comes back byte for byte as saved (CRLF, no final
@@ -288,6 +289,16 @@ func TestOnlyTheOwnerGetsTheSession(t *testing.T) {
 	}
 	if _, err := f.sessions.Get(f.ctx, f.owner, "edit_00000000000000000000000000000000", true); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a made-up id: %v, want ErrNotFound", err)
+	}
+	if _, _, err := f.sessions.Save(f.ctx, other, sess.ID, "a.txt", []byte("x"), Precondition{}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("bob saves into ann's session: %v, want ErrNotFound", err)
+	}
+	demoted := &projects.Access{Project: f.owner.Project, User: f.owner.User, Role: auth.RoleMember}
+	if got, _, err := f.sessions.Save(f.ctx, demoted, sess.ID, "a.txt", []byte("x"), Precondition{}); !errors.Is(err, auth.ErrForbidden) || got != nil {
+		t.Errorf("a save by an owner who may no longer edit: %v, %v; want ErrForbidden", got, err)
+	}
+	if changes, err := f.sessions.Changes(f.ctx, sess); err != nil || len(changes) != 0 {
+		t.Errorf("refused saves changed %v (%v)", changes, err)
 	}
 }
 

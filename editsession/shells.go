@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,6 +40,9 @@ type shell struct {
 	userID    int64
 	res       *meter.Reservation
 	started   time.Time
+	// active is when the owner last used the shell (unix ns), for the
+	// heartbeat to write as the session's activity.
+	active atomic.Int64
 }
 
 // Shells are the interactive shells of sessions on this instance: opening
@@ -194,6 +198,27 @@ func (s *Shells) Shells(sess *Session) []*terminal.Terminal {
 	return mine
 }
 
+// Owned returns the running shell id when it is one of user's session
+// sessionID on projectID, from memory alone, and notes the use as the
+// session's activity at now; ok is false otherwise, and the caller then
+// checks the request in full. The heartbeat writes the activity and closes
+// the shell once its owner may no longer edit.
+func (s *Shells) Owned(user *models.User, projectID int64, sessionID, id string, now time.Time) (*terminal.Terminal, bool) {
+	if user == nil {
+		return nil, false
+	}
+	t, err := s.terms.Get(id)
+	if err != nil {
+		return nil, false
+	}
+	sh, ok := t.Tag().(*shell)
+	if !ok || sh.sessionID != sessionID || sh.userID != user.ID || sh.projectID != projectID || ended(t) {
+		return nil, false
+	}
+	sh.active.Store(now.UnixNano())
+	return t, true
+}
+
 // EndSession closes the session's shells when the session ends; Sessions
 // call it.
 func (s *Shells) EndSession(_ context.Context, cs *models.CodeSession) error {
@@ -229,6 +254,7 @@ func (s *Shells) Heartbeat(ctx context.Context) {
 		s.log.Warn("terminal leases not renewed", "err", err)
 		return
 	}
+	s.recordActivity(ctx, shs)
 	for i, t := range ts {
 		sh := shs[i]
 		switch {
@@ -249,6 +275,26 @@ func (s *Shells) Heartbeat(ctx context.Context) {
 	}
 	if _, err := s.db.LoseStaleTerminals(ctx, now.Add(-staleLease), now); err != nil {
 		s.log.Warn("stale terminal leases not marked lost", "err", err)
+	}
+}
+
+// recordActivity writes, once per session, the latest use of its shells
+// since the last beat as the session's activity: at most one write per
+// session every LeaseEvery, however fast the keys come.
+func (s *Shells) recordActivity(ctx context.Context, shs []*shell) {
+	latest := map[string]int64{}
+	for _, sh := range shs {
+		if at := sh.active.Swap(0); at > latest[sh.sessionID] {
+			latest[sh.sessionID] = at
+		}
+	}
+	for id, at := range latest {
+		if at == 0 {
+			continue
+		}
+		if err := s.db.TouchSession(ctx, id, time.Unix(0, at)); err != nil {
+			s.log.Warn("shell activity not recorded", "session", id, "err", err)
+		}
 	}
 }
 

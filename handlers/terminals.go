@@ -77,7 +77,7 @@ func (h *EditSessions) Stream(c *gin.Context) error {
 
 // Input queues keystrokes, applied in the order of X-Input-Seq.
 func (h *EditSessions) Input(c *gin.Context) error {
-	t, err := h.terminal(c, true)
+	t, err := h.terminal(c)
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func (h *EditSessions) Input(c *gin.Context) error {
 
 // Resize sets the shell's window.
 func (h *EditSessions) Resize(c *gin.Context) error {
-	t, err := h.terminal(c, true)
+	t, err := h.terminal(c)
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func (h *EditSessions) Resize(c *gin.Context) error {
 
 // CloseTerminal kills the shell and everything it started.
 func (h *EditSessions) CloseTerminal(c *gin.Context) error {
-	t, err := h.terminal(c, true)
+	t, err := h.terminal(c)
 	if err != nil {
 		return err
 	}
@@ -110,9 +110,20 @@ func (h *EditSessions) CloseTerminal(c *gin.Context) error {
 	return nil
 }
 
-// terminal finds a shell of the caller's own session.
-func (h *EditSessions) terminal(c *gin.Context, touch bool) (*terminal.Terminal, error) {
-	sess, err := h.session(c, touch)
+// terminal finds a running shell of the caller's own session for input,
+// resize or close. These come with every keystroke, so the shell's owner is
+// checked in memory and the session's activity is written by the next
+// lease heartbeat, which also re-checks the right to edit; only a request
+// that does not match goes through the full check, for its exact answer.
+func (h *EditSessions) terminal(c *gin.Context) (*terminal.Terminal, error) {
+	if pid, err := projectID(c); err == nil {
+		now := h.Now()
+		if t, ok := h.Shells.Owned(auth.User(c), pid, c.Param("sid"), c.Param("tid"), now); ok {
+			h.deadlines(c, now.Add(h.Idle))
+			return t, nil
+		}
+	}
+	sess, err := h.session(c, true)
 	if err != nil {
 		return nil, err
 	}

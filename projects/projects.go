@@ -83,14 +83,7 @@ func (s *Service) Authorize(ctx context.Context, user *models.User, projectID in
 	if user == nil {
 		return nil, auth.ErrSignInRequired
 	}
-	role, err := s.store.MemberRole(ctx, projectID, user.ID)
-	if errors.Is(err, models.ErrNotFound) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	p, err := s.store.ProjectByID(ctx, projectID)
+	p, role, err := s.store.ProjectOfMember(ctx, projectID, user.ID)
 	if errors.Is(err, models.ErrNotFound) {
 		return nil, ErrNotFound
 	}

@@ -38,6 +38,8 @@ type harness struct {
 	app   *App
 	srv   *httptest.Server
 	clock *clock
+	// statements counts what the server sends to PostgreSQL.
+	statements *dbtest.Statements
 }
 
 // clock is the harness's time: the real time when it started, moved only
@@ -89,7 +91,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	store := dbtest.Store(t)
+	store, statements := dbtest.CountedStore(t)
 	// ATELIER_TEST_LOG=1 shows the server's log, for a failing test.
 	var logOut io.Writer = io.Discard
 	if os.Getenv("ATELIER_TEST_LOG") != "" {
@@ -109,7 +111,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	t.Cleanup(srv.Close)
 	t.Cleanup(app.Events.Close)
 	t.Cleanup(func() { app.Terminals.Close(); app.Sandbox.Close() })
-	return &harness{t: t, cfg: cfg, store: store, app: app, srv: srv, clock: clk}
+	return &harness{t: t, cfg: cfg, store: store, app: app, srv: srv, clock: clk, statements: statements}
 }
 
 // client is one browser: a cookie jar, no automatic redirects, and the CSRF

@@ -276,11 +276,11 @@ func TestSessionPathLimit(t *testing.T) {
 func sessionLeftovers(t *testing.T, h *harness, sid string) (forkExists bool, rows int64) {
 	t.Helper()
 	_, err := os.Stat(filepath.Join(h.cfg.GitDir(), "edit-"+strings.TrimPrefix(sid, "edit_")+".git"))
-	n, cerr := h.store.CountSessionFiles(context.Background(), sid)
+	edits, cerr := h.store.SessionFiles(context.Background(), sid)
 	if cerr != nil {
 		t.Fatal(cerr)
 	}
-	return err == nil, n
+	return err == nil, int64(len(edits))
 }
 
 func TestSessionEnds(t *testing.T) {
