@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 )
 
 // TestHotPathRoundTrips holds the two requests that come most often to
@@ -72,5 +74,41 @@ func TestHotPathRoundTrips(t *testing.T) {
 				t.Errorf("saving %s costs %d database round trips, want at most 5", path, n)
 			}
 		}
+	}
+}
+
+// TestTypingKeepsTheSessionAlive: keystrokes skip the session's row, so
+// the next lease heartbeat writes them as the session's activity; a
+// session in which someone types does not go idle.
+func TestTypingKeepsTheSessionAlive(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	s, base := owner.session(id)
+	ctx := context.Background()
+	term, res := owner.openTerminal(base)
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("open a terminal: %d %s", res.StatusCode, readBody(res))
+	}
+	h.clock.Advance(h.cfg.Sessions.Idle - time.Minute)
+	typed := h.clock.Now()
+	if res := owner.input(base, term.ID, 1, "x"); res.StatusCode != http.StatusOK {
+		t.Fatalf("key: %d %s", res.StatusCode, readBody(res))
+	}
+	h.app.Shells.Heartbeat(ctx)
+	h.clock.Advance(2 * time.Minute)
+	if n, err := h.app.EditSessions.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("the sweep ended %d sessions (%v) a minute after a keystroke", n, err)
+	}
+	cs, err := h.store.SessionByID(ctx, s.ID)
+	// PostgreSQL keeps microseconds.
+	typed = typed.Truncate(time.Microsecond)
+	if err != nil || cs.State != "open" || !cs.LastSeenAt.Equal(typed) {
+		t.Fatalf("session after typing: %+v, %v; want open, last seen %v", cs, err, typed)
+	}
+	// A beat with no keys writes nothing.
+	h.app.Shells.Heartbeat(ctx)
+	if again, _ := h.store.SessionByID(ctx, s.ID); !again.LastSeenAt.Equal(typed) {
+		t.Errorf("a quiet beat moved the activity to %v", again.LastSeenAt)
 	}
 }
