@@ -141,16 +141,15 @@ func (s *Sessions) inBase(ctx context.Context, sess *Session, path string) (bool
 // session once the caller may write in it, even when the write is refused,
 // so the answer still carries its deadlines, and the new ETag.
 func (s *Sessions) Save(ctx context.Context, acc *projects.Access, id, path string, content []byte, cond Precondition) (*Session, string, error) {
+	if acc.Project.Archived() {
+		return s.saveChecked(ctx, acc, id, path, content, cond) // which ends the session
+	}
 	now := s.now()
 	var (
 		sess    *Session
 		refused error
 	)
 	err := s.db.Tx(ctx, func(tx *models.Store) error {
-		sess, refused = nil, nil
-		if acc.Project.Archived() {
-			return errNotLive
-		}
 		cs, err := tx.TouchLiveSession(ctx, id, acc.User.ID, acc.Project.ID, now, now.Add(-s.cfg.Idle), now.Add(-s.cfg.MaxAge))
 		if errors.Is(err, models.ErrNotFound) {
 			return errNotLive
