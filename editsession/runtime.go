@@ -108,10 +108,14 @@ func (r *Runtime) checkoutFor(ctx context.Context, sess *Session, uid uint32) (*
 	return co, nil
 }
 
-// hasShells reports whether a shell of the session still runs here.
+// inSessionTag is a terminal's tag that names the session it works in; the
+// checkout stays while one runs.
+type inSessionTag interface{ session() string }
+
+// hasShells reports whether a terminal of the session still runs here.
 func (r *Runtime) hasShells(sessionID string) bool {
 	for _, t := range r.terms.Running() {
-		if sh, ok := t.Tag().(*shell); ok && sh.sessionID == sessionID {
+		if tag, ok := t.Tag().(inSessionTag); ok && tag.session() == sessionID {
 			return true
 		}
 	}

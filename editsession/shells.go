@@ -45,6 +45,8 @@ type shell struct {
 	active atomic.Int64
 }
 
+func (sh *shell) session() string { return sh.sessionID }
+
 // Shells are the interactive shells of sessions on this instance: opening
 // them in the session's checkout, their leases, and the renewal of their
 // sandbox time.
