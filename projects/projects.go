@@ -37,7 +37,7 @@ var (
 // maxDirNameTries bounds the search for a free workspace folder name.
 const maxDirNameTries = 100
 
-// SessionEnder ends the edit sessions of a project (editsession.Service).
+// SessionEnder ends the edit sessions of a project (editsession.Sessions).
 type SessionEnder interface {
 	EndProjectSessions(ctx context.Context, projectID int64, reason string) error
 }
