@@ -251,8 +251,13 @@ func TestStaleWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.advance(time.Minute)
 	if _, err := f.save(sess, "src/main.go", "package main // B\n", Precondition{IfMatch: loaded.ETag}); !errors.Is(err, ErrStale) {
 		t.Fatalf("the second tab's save with the old ETag: %v, want ErrStale", err)
+	}
+	// A refused save is still the person at work: the session saw them.
+	if cs, err := f.store.SessionByID(f.ctx, sess.ID); err != nil || !cs.LastSeenAt.Equal(f.clock().Truncate(time.Microsecond)) {
+		t.Errorf("after a refused save the session was last seen at %v (%v), want %v", cs.LastSeenAt, err, f.clock())
 	}
 	if err := f.sessions.Delete(f.ctx, sess, "src/main.go", Precondition{IfMatch: loaded.ETag}); !errors.Is(err, ErrStale) {
 		t.Fatalf("delete with the old ETag: %v, want ErrStale", err)
