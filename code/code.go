@@ -208,7 +208,7 @@ func (s *Service) source(p *models.Project) (codestore.Source, error) {
 	if p.CanonicalCommit == nil {
 		return codestore.Source{}, ErrNoCanonical
 	}
-	repo, err := s.git.OpenCanonical(projects.CanonicalName(p.ID))
+	repo, err := s.git.OpenBare(projects.CanonicalName(p.ID))
 	if err != nil {
 		return codestore.Source{}, fmt.Errorf("%w: %w", ErrNoCanonical, err)
 	}

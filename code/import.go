@@ -38,7 +38,7 @@ func (s *Service) Import(ctx context.Context, acc *projects.Access, in ImportInp
 	if p.Archived() {
 		return "", projects.ErrArchived
 	}
-	repo, err := s.git.OpenCanonical(projects.CanonicalName(p.ID))
+	repo, err := s.git.OpenBare(projects.CanonicalName(p.ID))
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrNoCanonical, err)
 	}

@@ -66,7 +66,8 @@ func newEnv(t testing.TB) *env {
 	if err := db.CreateUser(ctx, user); err != nil {
 		t.Fatal(err)
 	}
-	p, err := projects.NewService(db, ws, git, store, time.Now, slog.New(slog.DiscardHandler)).Create(ctx, user, projects.CreateInput{Name: "imports"})
+	// No session ender: this service only creates the project.
+	p, err := projects.NewService(db, ws, git, store, nil, time.Now, slog.New(slog.DiscardHandler)).Create(ctx, user, projects.CreateInput{Name: "imports"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,8 +78,8 @@ func gitBlobID(content []byte) string {
 
 // baseEntries is the base tree: path → entry, for blobs, links and
 // submodules.
-func (s *Service) baseEntries(ctx context.Context, sess *Session) (map[string]gitsvc.Entry, error) {
-	_, all, err := s.git.ListAll(ctx, sess.Source.Repo, sess.BaseCommit)
+func (r *Runtime) baseEntries(ctx context.Context, sess *Session) (map[string]gitsvc.Entry, error) {
+	_, all, err := r.git.ListAll(ctx, sess.Source.Repo, sess.BaseCommit)
 	if err != nil {
 		return nil, err
 	}
@@ -94,18 +94,18 @@ func (s *Service) baseEntries(ctx context.Context, sess *Session) (map[string]gi
 
 // build makes a fresh checkout: the base exported by git, the edits written
 // on top, everything owned by the session's user, the top folder 0700.
-func (s *Service) build(ctx context.Context, sess *Session, co *checkout) error {
+func (r *Runtime) build(ctx context.Context, sess *Session, co *checkout) error {
 	if err := os.RemoveAll(co.dir); err != nil {
 		return err
 	}
 	if err := os.Mkdir(co.dir, 0o700); err != nil {
 		return fmt.Errorf("editsession: checkout: %w", err)
 	}
-	if err := s.git.Export(ctx, sess.Source.Repo, sess.BaseCommit, co.dir); err != nil {
+	if err := r.git.Export(ctx, sess.Source.Repo, sess.BaseCommit, co.dir); err != nil {
 		return err
 	}
 	co.synced = map[string]string{}
-	if err := s.sync(ctx, sess, co); err != nil {
+	if err := r.sync(ctx, sess, co); err != nil {
 		return err
 	}
 	return chownTree(co.dir, co.uid, co.gid)
@@ -113,8 +113,8 @@ func (s *Service) build(ctx context.Context, sess *Session, co *checkout) error 
 
 // sync writes into the checkout the edits saved since it last saw them
 // (in the editor, say), and the base again where an edit went away.
-func (s *Service) sync(ctx context.Context, sess *Session, co *checkout) error {
-	edits, err := s.db.SessionFiles(ctx, sess.ID)
+func (r *Runtime) sync(ctx context.Context, sess *Session, co *checkout) error {
+	edits, err := r.db.SessionFiles(ctx, sess.ID)
 	if err != nil {
 		return err
 	}
@@ -138,7 +138,7 @@ func (s *Service) sync(ctx context.Context, sess *Session, co *checkout) error {
 		if current[p] {
 			continue
 		}
-		content, exists, err := s.baseFile(ctx, sess, p)
+		content, exists, err := baseFile(ctx, r.code, sess, p)
 		if err != nil {
 			return err
 		}
@@ -223,22 +223,34 @@ type captured struct {
 const (
 	textFile = iota
 	linkFile
-	leftOut // present, but cannot be an edit; a note says why
+	leftOut // present, but cannot be an edit; a LeftOut says why
 )
+
+// LeftOut is a path of the checkout that did not become an edit, and why.
+type LeftOut struct {
+	Path string
+	Why  string
+	// Unwalked: nothing at or below Path was read (its name is not a valid
+	// path), so base files missing below it are not deletions.
+	Unwalked bool
+}
+
+// Note is how the person reads it, after the command's output.
+func (l LeftOut) Note() string { return l.Path + ": left out, " + l.Why }
 
 // capture turns every difference between the checkout and the session's
 // view into an edit, after every process of the session is gone. What
-// cannot be an edit stays out, and a note says so.
-func (s *Service) capture(ctx context.Context, sess *Session, co *checkout) ([]string, error) {
-	base, err := s.baseEntries(ctx, sess)
+// cannot be an edit stays out, and the result says why.
+func (r *Runtime) capture(ctx context.Context, sess *Session, co *checkout) ([]LeftOut, error) {
+	base, err := r.baseEntries(ctx, sess)
 	if err != nil {
 		return nil, err
 	}
-	files, notes, err := walkCheckout(co.dir, base)
+	files, left, err := walkCheckout(co.dir, base)
 	if err != nil {
 		return nil, err
 	}
-	err = s.inSession(ctx, sess, func(tx *models.Store) error {
+	err = inSession(ctx, r.db, sess, func(tx *models.Store) error {
 		edits, err := tx.SessionFiles(ctx, sess.ID)
 		if err != nil {
 			return err
@@ -261,12 +273,12 @@ func (s *Service) capture(ctx context.Context, sess *Session, co *checkout) ([]s
 			}
 			if !had {
 				if count >= MaxPaths {
-					notes = append(notes, fmt.Sprintf("%s: left out, the session already changes %d paths", p, MaxPaths))
+					left = append(left, LeftOut{Path: p, Why: fmt.Sprintf("the session already changes %d paths", MaxPaths)})
 					return nil
 				}
 				count++
 			}
-			return tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: p, Content: content, Deleted: deleted, UpdatedAt: s.now()})
+			return tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: p, Content: content, Deleted: deleted, UpdatedAt: r.now()})
 		}
 
 		paths := make([]string, 0, len(files))
@@ -282,7 +294,7 @@ func (s *Service) capture(ctx context.Context, sess *Session, co *checkout) ([]s
 				continue
 			case linkFile:
 				if !inBase || b.Mode != "120000" || gitBlobID([]byte(f.link)) != b.SHA {
-					notes = append(notes, p+": left out, a symbolic link is not an edit")
+					left = append(left, LeftOut{Path: p, Why: "a symbolic link is not an edit"})
 				}
 				continue
 			}
@@ -297,7 +309,7 @@ func (s *Service) capture(ctx context.Context, sess *Session, co *checkout) ([]s
 		}
 		// What the view has and the checkout lost was deleted.
 		for p, b := range base {
-			if _, present := files[p]; present || b.Type != "blob" || underLeftOut(p, notes) {
+			if _, present := files[p]; present || b.Type != "blob" || underUnwalked(p, left) {
 				continue
 			}
 			if e, had := edited[p]; had && e.Deleted {
@@ -322,22 +334,22 @@ func (s *Service) capture(ctx context.Context, sess *Session, co *checkout) ([]s
 	if err != nil {
 		return nil, err
 	}
-	return notes, s.markDiverged(ctx, sess, co)
+	return left, r.markDiverged(ctx, sess, co)
 }
 
-// underLeftOut reports a base path inside a folder the walk left out (an
-// invalid name); its absence is not a deletion.
-func underLeftOut(p string, notes []string) bool {
-	for _, n := range notes {
-		if dir, found := strings.CutSuffix(n, ": left out, not a valid path"); found && strings.HasPrefix(p, dir+"/") {
+// underUnwalked reports a base path inside a folder the walk did not read;
+// its absence is not a deletion.
+func underUnwalked(p string, left []LeftOut) bool {
+	for _, l := range left {
+		if l.Unwalked && strings.HasPrefix(p, l.Path+"/") {
 			return true
 		}
 	}
 	return false
 }
 
-func (s *Service) markDiverged(ctx context.Context, sess *Session, co *checkout) error {
-	edits, err := s.db.SessionFiles(ctx, sess.ID)
+func (r *Runtime) markDiverged(ctx context.Context, sess *Session, co *checkout) error {
+	edits, err := r.db.SessionFiles(ctx, sess.ID)
 	if err != nil {
 		return err
 	}
@@ -360,14 +372,14 @@ func editVersion(e *models.SessionFile) string {
 // walkCheckout reads every regular file of dir through an os.Root, never
 // following a link and never blocking on a special file, and says what it
 // left out.
-func walkCheckout(dir string, base map[string]gitsvc.Entry) (map[string]captured, []string, error) {
+func walkCheckout(dir string, base map[string]gitsvc.Entry) (map[string]captured, []LeftOut, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer root.Close()
 	files := map[string]captured{}
-	var notes []string
+	var left []LeftOut
 	var walk func(rel string) error
 	walk = func(rel string) error {
 		name := rel
@@ -389,7 +401,7 @@ func walkCheckout(dir string, base map[string]gitsvc.Entry) (map[string]captured
 				p = rel + "/" + p
 			}
 			if err := workspace.CheckRelPath(p); err != nil {
-				notes = append(notes, p+": left out, not a valid path")
+				left = append(left, LeftOut{Path: p, Why: "not a valid path", Unwalked: true})
 				continue
 			}
 			switch t := e.Type(); {
@@ -407,18 +419,18 @@ func walkCheckout(dir string, base map[string]gitsvc.Entry) (map[string]captured
 				}
 				files[p] = captured{kind: linkFile, link: target}
 			case t.IsRegular():
-				content, note, err := readRegular(root, p)
+				content, why, err := readRegular(root, p)
 				if err != nil {
 					return err
 				}
-				if note != "" {
-					notes = append(notes, p+": left out, "+note)
+				if why != "" {
+					left = append(left, LeftOut{Path: p, Why: why})
 					files[p] = captured{kind: leftOut}
 					continue
 				}
 				files[p] = captured{kind: textFile, content: content}
 			default:
-				notes = append(notes, p+": left out, not a regular file")
+				left = append(left, LeftOut{Path: p, Why: "not a regular file"})
 				files[p] = captured{kind: leftOut}
 			}
 		}
@@ -427,7 +439,7 @@ func walkCheckout(dir string, base map[string]gitsvc.Entry) (map[string]captured
 	if err := walk(""); err != nil {
 		return nil, nil, err
 	}
-	return files, notes, nil
+	return files, left, nil
 }
 
 // readRegular reads a file of at most MaxFileBytes that is text, or says why

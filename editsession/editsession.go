@@ -4,6 +4,13 @@
 // deletion; reads go edits → the base tree in the object store → git. The
 // session ends on discard, after the idle or age limit, or when its project
 // is archived or deleted, and ending leaves nothing but a tombstone row.
+//
+// Three types share the work, each built by its constructor with what it
+// needs: Sessions (opening, limits, files, changes, diffs, ends), Runtime
+// (the session's checkout on this host, its commands and the capture of
+// what they changed) and Shells (a session's interactive terminals, their
+// leases and their sandbox time). Shells uses Runtime; Sessions knows the
+// other two only as the Cleaners it runs when a session ends.
 package editsession
 
 import (
@@ -74,23 +81,27 @@ var goneWhy = map[string]string{
 	"submitted":          "it was submitted",
 }
 
-// Config holds the limits of time.
+// Config holds the limits of time, and how many sandbox users sessions
+// draw theirs from.
 type Config struct {
 	Idle   time.Duration // CODE_SESSION_IDLE_MS
 	MaxAge time.Duration // CODE_SESSION_MAX_MS
+	// SandboxSlots is the size of the block of uids sessions run as
+	// (Sandboxes.UIDCount); 0 opens sessions without one.
+	SandboxSlots uint32
 }
 
 // DefaultConfig is ADR 0029's: 10 idle minutes, 2 hours in all.
 var DefaultConfig = Config{Idle: 10 * time.Minute, MaxAge: 2 * time.Hour}
 
-// Cleaner removes what another part of Atelier keeps for a session (the
-// sandbox: its processes and checkout). It must be safe to call again.
+// Cleaner removes what another part of Atelier keeps for a session (its
+// shells; its processes and checkout). It must be safe to call again.
 type Cleaner interface {
 	EndSession(ctx context.Context, cs *models.CodeSession) error
 }
 
-// Service runs edit sessions.
-type Service struct {
+// Sessions runs edit sessions and their files.
+type Sessions struct {
 	db       *models.Store
 	git      *gitsvc.Service
 	code     *codestore.Store
@@ -99,21 +110,14 @@ type Service struct {
 	cfg      Config
 	now      func() time.Time
 	log      *slog.Logger
-	cleaners []Cleaner
-
-	sb        *Sandboxes // nil: no commands on this instance
-	checkouts *checkouts
-	terms     *shells // nil: no interactive shells on this instance
+	cleaners []Cleaner // in order, each time a session ends
 }
 
-// New returns a Service.
+// New returns the sessions; cleaners run, in order, whenever one ends.
 func New(db *models.Store, git *gitsvc.Service, code *codestore.Store, ws *workspace.Workspaces,
-	ev *events.Recorder, cfg Config, now func() time.Time, log *slog.Logger) *Service {
-	return &Service{db: db, git: git, code: code, ws: ws, events: ev, cfg: cfg, now: now, log: log}
+	ev *events.Recorder, cfg Config, now func() time.Time, log *slog.Logger, cleaners ...Cleaner) *Sessions {
+	return &Sessions{db: db, git: git, code: code, ws: ws, events: ev, cfg: cfg, now: now, log: log, cleaners: cleaners}
 }
-
-// AddCleaner registers more cleanup for ending sessions.
-func (s *Service) AddCleaner(c Cleaner) { s.cleaners = append(s.cleaners, c) }
 
 // forkName is the git service's repository of session id: edit_<hex> forks
 // into edit-<hex>. It derives from the row id alone.
@@ -136,7 +140,7 @@ type Session struct {
 
 // Open returns the person's open session on the project, opening one when
 // there is none; created says which. The handler has checked code.edit.
-func (s *Service) Open(ctx context.Context, acc *projects.Access) (*Session, bool, error) {
+func (s *Sessions) Open(ctx context.Context, acc *projects.Access) (*Session, bool, error) {
 	if existing, err := s.db.OpenSessionOf(ctx, acc.Project.ID, acc.User.ID); err == nil {
 		sess, err := s.Get(ctx, acc, existing.ID, true)
 		var gone *GoneError
@@ -183,10 +187,10 @@ func (s *Service) Open(ctx context.Context, acc *projects.Access) (*Session, boo
 
 // insert records the session with a sandbox slot of its own: a random one,
 // drawn again on the rare clash with a live session's.
-func (s *Service) insert(ctx context.Context, cs *models.CodeSession) error {
+func (s *Sessions) insert(ctx context.Context, cs *models.CodeSession) error {
 	for try := 0; ; try++ {
-		if s.sb != nil {
-			slot := int32(mrand.Uint32N(s.sb.UIDCount))
+		if s.cfg.SandboxSlots > 0 {
+			slot := int32(mrand.Uint32N(s.cfg.SandboxSlots))
 			cs.SandboxSlot = &slot
 		}
 		err := s.db.CreateSession(ctx, cs)
@@ -201,9 +205,9 @@ func (s *Service) insert(ctx context.Context, cs *models.CodeSession) error {
 // base is the commit a new session starts from, and the repository holding
 // it: canonical for a Container project, the folder's own repository for a
 // Local one.
-func (s *Service) base(ctx context.Context, p *models.Project) (string, *gitsvc.Repo, error) {
+func (s *Sessions) base(ctx context.Context, p *models.Project) (string, *gitsvc.Repo, error) {
 	if p.WorkspaceMode != models.ModeLocal {
-		repo, err := s.git.OpenCanonical(projects.CanonicalName(p.ID))
+		repo, err := s.git.OpenBare(projects.CanonicalName(p.ID))
 		if err != nil {
 			return "", nil, err
 		}
@@ -235,7 +239,7 @@ func (s *Service) base(ctx context.Context, p *models.Project) (string, *gitsvc.
 // the database, that it is theirs and still open, and the limits first: an
 // expired session is ended here and the caller gets a *GoneError. touch
 // says whether the request counts as activity.
-func (s *Service) Get(ctx context.Context, acc *projects.Access, id string, touch bool) (*Session, error) {
+func (s *Sessions) Get(ctx context.Context, acc *projects.Access, id string, touch bool) (*Session, error) {
 	cs, err := s.db.SessionByID(ctx, id)
 	if errors.Is(err, models.ErrNotFound) {
 		return nil, ErrNotFound
@@ -262,23 +266,28 @@ func (s *Service) Get(ctx context.Context, acc *projects.Access, id string, touc
 		}
 		cs.LastSeenAt = now
 	}
-	repo, err := s.git.OpenCanonical(forkName(cs.ID))
+	return s.session(cs, acc.Project)
+}
+
+// session is the open row cs of project p with its fork and deadlines.
+func (s *Sessions) session(cs *models.CodeSession, p *models.Project) (*Session, error) {
+	repo, err := s.git.OpenBare(forkName(cs.ID))
 	if err != nil {
 		return nil, fmt.Errorf("editsession: fork of %s: %w", cs.ID, err)
 	}
 	return &Session{
 		CodeSession:  cs,
-		Project:      acc.Project,
+		Project:      p,
 		Source:       codestore.Source{Repo: repo, Commit: cs.BaseCommit},
 		IdleDeadline: cs.LastSeenAt.Add(s.cfg.Idle),
 		MaxDeadline:  cs.OpenedAt.Add(s.cfg.MaxAge),
 	}, nil
 }
 
-// internal loads an open session for the server's own work (no caller to
+// loadOpen loads an open session for the server's own work (no caller to
 // check), or ErrNotFound / *GoneError.
-func (s *Service) internal(ctx context.Context, id string) (*Session, error) {
-	cs, err := s.db.SessionByID(ctx, id)
+func loadOpen(ctx context.Context, db *models.Store, git *gitsvc.Service, id string) (*Session, error) {
+	cs, err := db.SessionByID(ctx, id)
 	if errors.Is(err, models.ErrNotFound) {
 		return nil, ErrNotFound
 	}
@@ -288,11 +297,11 @@ func (s *Service) internal(ctx context.Context, id string) (*Session, error) {
 	if cs.State != models.SessionOpen {
 		return nil, &GoneError{Reason: *cs.CloseReason}
 	}
-	p, err := s.db.ProjectByID(ctx, cs.ProjectID)
+	p, err := db.ProjectByID(ctx, cs.ProjectID)
 	if err != nil {
 		return nil, err
 	}
-	repo, err := s.git.OpenCanonical(forkName(cs.ID))
+	repo, err := git.OpenBare(forkName(cs.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +309,7 @@ func (s *Service) internal(ctx context.Context, id string) (*Session, error) {
 }
 
 // overdue says why an open session must end now, or "".
-func (s *Service) overdue(cs *models.CodeSession, p *models.Project, now time.Time) string {
+func (s *Sessions) overdue(cs *models.CodeSession, p *models.Project, now time.Time) string {
 	switch {
 	case p.Archived():
 		return ReasonArchived
@@ -313,7 +322,7 @@ func (s *Service) overdue(cs *models.CodeSession, p *models.Project, now time.Ti
 }
 
 // Discard ends the session and drops its edits.
-func (s *Service) Discard(ctx context.Context, sess *Session) error {
+func (s *Sessions) Discard(ctx context.Context, sess *Session) error {
 	return s.end(ctx, sess.CodeSession, ReasonDiscarded, sess.UserID)
 }
 
@@ -321,7 +330,7 @@ func (s *Service) Discard(ctx context.Context, sess *Session) error {
 // decided once), removes the fork, the edits and whatever cleaners keep,
 // then marks it closed. An interrupted end is finished by the next call or
 // the sweeper; every step may run again.
-func (s *Service) end(ctx context.Context, cs *models.CodeSession, reason string, actor int64) error {
+func (s *Sessions) end(ctx context.Context, cs *models.CodeSession, reason string, actor int64) error {
 	began, err := s.db.BeginEndSession(ctx, cs.ID, reason)
 	if err != nil {
 		return err
@@ -343,7 +352,7 @@ func (s *Service) end(ctx context.Context, cs *models.CodeSession, reason string
 	return nil
 }
 
-func (s *Service) record(ctx context.Context, typ string, cs *models.CodeSession, actor int64, data map[string]any) {
+func (s *Sessions) record(ctx context.Context, typ string, cs *models.CodeSession, actor int64, data map[string]any) {
 	err := s.events.Record(ctx, events.Event{Type: typ, ProjectID: cs.ProjectID, ActorID: actor, Data: data})
 	if err != nil {
 		s.log.Warn("event not recorded", "type", typ, "session", cs.ID, "err", err)

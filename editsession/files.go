@@ -11,7 +11,9 @@ import (
 
 	"github.com/pmezard/go-difflib/difflib"
 
+	"atelier/auth"
 	"atelier/models"
+	"atelier/projects"
 	"atelier/storage/codestore"
 	"atelier/workspace"
 )
@@ -59,7 +61,7 @@ func (p Precondition) check(current string) error {
 
 // Read returns the file through the read chain: the session's edits, then
 // the base tree (object store, then git).
-func (s *Service) Read(ctx context.Context, sess *Session, path string) (*File, error) {
+func (s *Sessions) Read(ctx context.Context, sess *Session, path string) (*File, error) {
 	if err := workspace.CheckRelPath(path); err != nil {
 		return nil, err
 	}
@@ -80,7 +82,7 @@ func (s *Service) Read(ctx context.Context, sess *Session, path string) (*File, 
 }
 
 // current is the file as the session sees it: its edit, else the base.
-func (s *Service) current(ctx context.Context, db *models.Store, sess *Session, path string) ([]byte, bool, error) {
+func (s *Sessions) current(ctx context.Context, db *models.Store, sess *Session, path string) ([]byte, bool, error) {
 	edit, err := db.SessionFile(ctx, sess.ID, path)
 	switch {
 	case err == nil && edit.Deleted:
@@ -90,13 +92,13 @@ func (s *Service) current(ctx context.Context, db *models.Store, sess *Session, 
 	case !errors.Is(err, models.ErrNotFound):
 		return nil, false, err
 	}
-	return s.baseFile(ctx, sess, path)
+	return baseFile(ctx, s.code, sess, path)
 }
 
 // baseFile reads path at the base commit; a file over the limit is read
 // only far enough to know it is.
-func (s *Service) baseFile(ctx context.Context, sess *Session, path string) ([]byte, bool, error) {
-	data, _, err := s.code.Read(ctx, sess.Source, path, MaxFileBytes+1)
+func baseFile(ctx context.Context, code *codestore.Store, sess *Session, path string) ([]byte, bool, error) {
+	data, _, err := code.Read(ctx, sess.Source, path, MaxFileBytes+1)
 	if errors.Is(err, codestore.ErrNotFound) {
 		return nil, false, nil
 	}
@@ -109,7 +111,7 @@ func (s *Service) baseFile(ctx context.Context, sess *Session, path string) ([]b
 // inBase reports whether path is a file of the base, from the listing of
 // its folder (one cached tree object), without reading the file: the tree
 // and the changes list ask this for every changed path.
-func (s *Service) inBase(ctx context.Context, sess *Session, path string) (bool, error) {
+func (s *Sessions) inBase(ctx context.Context, sess *Session, path string) (bool, error) {
 	dir, name := "", path
 	if i := strings.LastIndexByte(path, '/'); i >= 0 {
 		dir, name = path[:i], path[i+1:]
@@ -129,57 +131,139 @@ func (s *Service) inBase(ctx context.Context, sess *Session, path string) (bool,
 	return false, nil
 }
 
-// Save stores content as the file at path, byte for byte. Content equal to
-// the base forgets the edit. It returns the new ETag.
-func (s *Service) Save(ctx context.Context, sess *Session, path string, content []byte, cond Precondition) (string, error) {
-	if err := workspace.CheckRelPath(path); err != nil {
-		return "", err
+// Save stores content as the file at path of the caller's session id,
+// byte for byte; content equal to the base forgets the edit. acc must hold
+// code.read; writing needs code.edit. A save is the editor's hot path, so
+// it reads each row once: in one transaction it touches the session's row
+// (which locks it) only if the session is the caller's, open and within
+// its limits, then reads the file's row with the count of changed paths,
+// checks the precondition and the limits there, and writes. It returns the
+// session once the caller may write in it, even when the write is refused,
+// so the answer still carries its deadlines, and the new ETag.
+func (s *Sessions) Save(ctx context.Context, acc *projects.Access, id, path string, content []byte, cond Precondition) (*Session, string, error) {
+	if acc.Project.Archived() {
+		return s.saveChecked(ctx, acc, id, path, content, cond) // which ends the session
 	}
-	if len(content) > MaxFileBytes {
-		return "", ErrTooLarge
-	}
-	if bytes.IndexByte(content, 0) >= 0 {
-		return "", ErrBinary
-	}
-	base, baseExists, err := s.baseFile(ctx, sess, path)
-	if err != nil {
-		return "", err
-	}
-	err = s.inSession(ctx, sess, func(tx *models.Store) error {
-		cur, exists, err := s.currentIn(ctx, tx, sess, path, base, baseExists)
+	now := s.now()
+	var (
+		sess    *Session
+		refused error
+	)
+	err := s.db.Tx(ctx, func(tx *models.Store) error {
+		cs, err := tx.TouchLiveSession(ctx, id, acc.User.ID, acc.Project.ID, now, now.Add(-s.cfg.Idle), now.Add(-s.cfg.MaxAge))
+		if errors.Is(err, models.ErrNotFound) {
+			return errNotLive
+		}
 		if err != nil {
 			return err
 		}
-		if err := cond.check(etagIf(cur, exists)); err != nil {
+		if !acc.Can(auth.CodeEdit) {
+			refused = auth.ErrForbidden
+			return nil // the request still counts as activity
+		}
+		if sess, err = s.session(cs, acc.Project); err != nil {
 			return err
 		}
-		if baseExists && bytes.Equal(content, base) {
-			return tx.DeleteSessionFile(ctx, sess.ID, path)
-		}
-		if err := s.roomFor(ctx, tx, sess, path); err != nil {
-			return err
-		}
-		return tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: path, Content: nonNil(content), UpdatedAt: s.now()})
+		refused, err = s.write(ctx, tx, sess, path, content, cond)
+		return err
 	})
-	if err != nil {
-		return "", err
+	if errors.Is(err, errNotLive) {
+		return s.saveChecked(ctx, acc, id, path, content, cond)
 	}
-	return ETag(content), nil
+	if err != nil {
+		return nil, "", err
+	}
+	if refused != nil {
+		return sess, "", refused
+	}
+	return sess, ETag(content), nil
+}
+
+// errNotLive sends a save down the path that finds out why the session is
+// not the caller's open one, and ends it when it is over a limit.
+var errNotLive = errors.New("editsession: not a live session of the caller")
+
+// saveChecked is Save the long way: Get says whether the session is the
+// caller's and open (ending it when it is over a limit), then the write
+// runs under the row lock.
+func (s *Sessions) saveChecked(ctx context.Context, acc *projects.Access, id, path string, content []byte, cond Precondition) (*Session, string, error) {
+	sess, err := s.Get(ctx, acc, id, true)
+	if err != nil {
+		return nil, "", err
+	}
+	if !acc.Can(auth.CodeEdit) {
+		return nil, "", auth.ErrForbidden
+	}
+	var refused error
+	err = inSession(ctx, s.db, sess, func(tx *models.Store) error {
+		var err error
+		refused, err = s.write(ctx, tx, sess, path, content, cond)
+		return err
+	})
+	if err == nil {
+		err = refused
+	}
+	if err != nil {
+		return sess, "", err
+	}
+	return sess, ETag(content), nil
+}
+
+// write checks content and, with the session's row locked in tx, stores it
+// as path when cond holds and the session has room. refused is the reason
+// a write is turned down (nothing written); err is a failure.
+func (s *Sessions) write(ctx context.Context, tx *models.Store, sess *Session, path string, content []byte, cond Precondition) (refused, err error) {
+	// In the order the answers always came: size, path, text.
+	if len(content) > MaxFileBytes {
+		return ErrTooLarge, nil
+	}
+	if err := workspace.CheckRelPath(path); err != nil {
+		return err, nil
+	}
+	if bytes.IndexByte(content, 0) >= 0 {
+		return ErrBinary, nil
+	}
+	base, baseExists, err := baseFile(ctx, s.code, sess, path)
+	if err != nil {
+		return nil, err
+	}
+	edit, changed, err := tx.SessionFileAndCount(ctx, sess.ID, path)
+	if err != nil {
+		return nil, err
+	}
+	cur, exists := base, baseExists
+	if edit != nil {
+		cur, exists = edit.Content, !edit.Deleted
+	}
+	if err := cond.check(etagIf(cur, exists)); err != nil {
+		return err, nil
+	}
+	if baseExists && bytes.Equal(content, base) {
+		return nil, tx.DeleteSessionFile(ctx, sess.ID, path)
+	}
+	if edit == nil && changed >= MaxPaths {
+		return ErrTooManyPaths, nil
+	}
+	return nil, tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: path, Content: nonNil(content), UpdatedAt: s.now()})
 }
 
 // Delete removes the file from the session's tree.
-func (s *Service) Delete(ctx context.Context, sess *Session, path string, cond Precondition) error {
+func (s *Sessions) Delete(ctx context.Context, sess *Session, path string, cond Precondition) error {
 	if err := workspace.CheckRelPath(path); err != nil {
 		return err
 	}
-	base, baseExists, err := s.baseFile(ctx, sess, path)
+	base, baseExists, err := baseFile(ctx, s.code, sess, path)
 	if err != nil {
 		return err
 	}
-	return s.inSession(ctx, sess, func(tx *models.Store) error {
-		cur, exists, err := s.currentIn(ctx, tx, sess, path, base, baseExists)
+	return inSession(ctx, s.db, sess, func(tx *models.Store) error {
+		edit, changed, err := tx.SessionFileAndCount(ctx, sess.ID, path)
 		if err != nil {
 			return err
+		}
+		cur, exists := base, baseExists
+		if edit != nil {
+			cur, exists = edit.Content, !edit.Deleted
 		}
 		if !exists {
 			return ErrFileNotFound
@@ -190,8 +274,8 @@ func (s *Service) Delete(ctx context.Context, sess *Session, path string, cond P
 		if !baseExists {
 			return tx.DeleteSessionFile(ctx, sess.ID, path) // an added file: forget it
 		}
-		if err := s.roomFor(ctx, tx, sess, path); err != nil {
-			return err
+		if edit == nil && changed >= MaxPaths {
+			return ErrTooManyPaths
 		}
 		return tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: path, Deleted: true, UpdatedAt: s.now()})
 	})
@@ -200,8 +284,8 @@ func (s *Service) Delete(ctx context.Context, sess *Session, path string, cond P
 // inSession runs fn with the session's row locked after checking again, from
 // the database, that it is still open and the caller's: every write of a
 // session is serialised and none lands in an ended one.
-func (s *Service) inSession(ctx context.Context, sess *Session, fn func(tx *models.Store) error) error {
-	return s.db.Tx(ctx, func(tx *models.Store) error {
+func inSession(ctx context.Context, db *models.Store, sess *Session, fn func(tx *models.Store) error) error {
+	return db.Tx(ctx, func(tx *models.Store) error {
 		cs, err := tx.LockSession(ctx, sess.ID)
 		if err != nil {
 			return err
@@ -214,37 +298,6 @@ func (s *Service) inSession(ctx context.Context, sess *Session, fn func(tx *mode
 		}
 		return fn(tx)
 	})
-}
-
-func (s *Service) currentIn(ctx context.Context, tx *models.Store, sess *Session, path string, base []byte, baseExists bool) ([]byte, bool, error) {
-	edit, err := tx.SessionFile(ctx, sess.ID, path)
-	switch {
-	case err == nil && edit.Deleted:
-		return nil, false, nil
-	case err == nil:
-		return edit.Content, true, nil
-	case errors.Is(err, models.ErrNotFound):
-		return base, baseExists, nil
-	}
-	return nil, false, err
-}
-
-// roomFor refuses a new changed path past the limit; a path already changed
-// can always be saved again.
-func (s *Service) roomFor(ctx context.Context, tx *models.Store, sess *Session, path string) error {
-	if _, err := tx.SessionFile(ctx, sess.ID, path); err == nil {
-		return nil
-	} else if !errors.Is(err, models.ErrNotFound) {
-		return err
-	}
-	n, err := tx.CountSessionFiles(ctx, sess.ID)
-	if err != nil {
-		return err
-	}
-	if n >= MaxPaths {
-		return ErrTooManyPaths
-	}
-	return nil
 }
 
 func etagIf(content []byte, exists bool) string {
@@ -269,7 +322,7 @@ type Change struct {
 }
 
 // Changes lists every changed path with how it changed.
-func (s *Service) Changes(ctx context.Context, sess *Session) ([]Change, error) {
+func (s *Sessions) Changes(ctx context.Context, sess *Session) ([]Change, error) {
 	edits, err := s.db.SessionFiles(ctx, sess.ID)
 	if err != nil {
 		return nil, err
@@ -290,7 +343,7 @@ func (s *Service) Changes(ctx context.Context, sess *Session) ([]Change, error) 
 }
 
 // Diff is the unified diff of the file at path against the base.
-func (s *Service) Diff(ctx context.Context, sess *Session, path string) (string, error) {
+func (s *Sessions) Diff(ctx context.Context, sess *Session, path string) (string, error) {
 	if err := workspace.CheckRelPath(path); err != nil {
 		return "", err
 	}
@@ -301,7 +354,7 @@ func (s *Service) Diff(ctx context.Context, sess *Session, path string) (string,
 	if err != nil {
 		return "", err
 	}
-	base, baseExists, err := s.baseFile(ctx, sess, path)
+	base, baseExists, err := baseFile(ctx, s.code, sess, path)
 	if err != nil {
 		return "", err
 	}
@@ -341,7 +394,7 @@ type Entry struct {
 
 // List is one level of dir in the session's tree: the base listing with the
 // session's changes marked, added files and folders included.
-func (s *Service) List(ctx context.Context, sess *Session, dir string) ([]Entry, error) {
+func (s *Sessions) List(ctx context.Context, sess *Session, dir string) ([]Entry, error) {
 	if err := workspace.CheckRelDir(dir); err != nil {
 		return nil, err
 	}

@@ -3,10 +3,11 @@ package editsession
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,59 +31,67 @@ const staleLease = 3 * LeaseEvery
 // ErrShellCap closes a shell whose project ran out of sandbox time.
 var ErrShellCap = errors.New("editsession: the project's sandbox time for this month is used up")
 
-// shell is one live interactive shell of a session on this instance.
+// shell is what a session's shell records about itself, as its terminal's
+// tag: terminal.Manager is the one registry of terminals, and this is how a
+// session finds its own among them.
 type shell struct {
-	t         *terminal.Terminal
 	sessionID string
 	projectID int64
 	userID    int64
 	res       *meter.Reservation
 	started   time.Time
+	// active is when the owner last used the shell (unix ns), for the
+	// heartbeat to write as the session's activity.
+	active atomic.Int64
 }
 
-// shells are this instance's live shells, by terminal id.
-type shells struct {
-	mu  sync.Mutex
-	mgr *terminal.Manager
-	all map[string]*shell
+func (sh *shell) session() string { return sh.sessionID }
+
+// Shells are the interactive shells of sessions on this instance: opening
+// them in the session's checkout, their leases, and the renewal of their
+// sandbox time.
+type Shells struct {
+	db    *models.Store
+	rt    *Runtime
+	terms *terminal.Manager
+	now   func() time.Time
+	log   *slog.Logger
 }
 
-// SetTerminals enables interactive shells, run by mgr.
-func (s *Service) SetTerminals(mgr *terminal.Manager) {
-	s.terms = &shells{mgr: mgr, all: map[string]*shell{}}
+// NewShells returns the shells of sessions, run by terms in rt's checkouts.
+func NewShells(db *models.Store, rt *Runtime, terms *terminal.Manager, now func() time.Time, log *slog.Logger) *Shells {
+	return &Shells{db: db, rt: rt, terms: terms, now: now, log: log}
 }
 
 // ReserveShell takes one of the account's and the instance's shell slots;
 // the handler calls it before it reads the request or prepares anything.
-func (s *Service) ReserveShell(user *models.User) (*terminal.Slot, error) {
-	if s.terms == nil || s.sb == nil {
-		return nil, ErrNoSandbox
-	}
-	return s.terms.mgr.Reserve(strconv.FormatInt(user.ID, 10))
+func (s *Shells) ReserveShell(user *models.User) (*terminal.Slot, error) {
+	return s.terms.Reserve(strconv.FormatInt(user.ID, 10))
 }
 
 // OpenShell starts `bash -l` in the session's checkout as the session's
 // user, in the slot reserved for it, and leases it. It reserves sandbox
 // time first: a live shell is awake time. Any failure releases the slot.
-func (s *Service) OpenShell(ctx context.Context, sess *Session, slot *terminal.Slot, cols, rows int) (*terminal.Terminal, error) {
-	uid, err := s.identity(sess.CodeSession)
+func (s *Shells) OpenShell(ctx context.Context, sess *Session, slot *terminal.Slot, cols, rows int) (*terminal.Terminal, error) {
+	rt := s.rt
+	uid, err := rt.uid(sess.CodeSession)
 	if err != nil {
 		slot.Release()
 		return nil, err
 	}
-	res, err := s.sb.Meter.Reserve(ctx, sess.ProjectID, s.sb.Instance)
+	res, err := rt.sb.Meter.Reserve(ctx, sess.ProjectID, rt.sb.Instance)
 	if err != nil {
 		slot.Release()
 		return nil, err
 	}
 	settle := func(start time.Time) {
-		if _, err := s.sb.Meter.Settle(context.WithoutCancel(ctx), res, start, s.now()); err != nil {
+		if _, err := rt.sb.Meter.Settle(context.WithoutCancel(ctx), res, start, s.now()); err != nil {
 			s.log.Error("shell time not settled", "session", sess.ID, "err", err)
 		}
 	}
 	start := s.now()
-	unlock := s.checkouts.lock(sess.ID)
-	co, err := s.checkoutFor(ctx, sess, uid)
+	unlock := rt.checkouts.lock(sess.ID)
+	co, err := rt.checkoutFor(ctx, sess, uid)
 	if err == nil {
 		co.lastUsed = s.now()
 	}
@@ -99,214 +108,201 @@ func (s *Service) OpenShell(ctx context.Context, sess *Session, slot *terminal.S
 		ExtraEnv: []string{"TERM=xterm-256color"},
 		Network:  sandbox.Network(sess.Project.SandboxNetwork),
 	}
-	t, err := s.terms.mgr.OpenWith(slot, func(tty *os.File) (terminal.Process, error) {
+	sh := &shell{sessionID: sess.ID, projectID: sess.ProjectID, userID: sess.UserID, res: res, started: start}
+	t, err := s.terms.OpenWith(slot, func(tty *os.File) (terminal.Process, error) {
 		spec.TTY = tty
-		p, err := s.sb.Box.Start(spec)
+		p, err := rt.sb.Box.Start(spec)
 		if err != nil {
 			return nil, err
 		}
 		return shellProcess{p}, nil
-	}, terminal.Options{Cols: cols, Rows: rows, SlaveUID: int(uid), SlaveGID: int(uid)})
+	}, terminal.Options{Cols: cols, Rows: rows, SlaveUID: int(uid), SlaveGID: int(uid), Tag: sh})
 	if err != nil {
 		s.log.Warn("shell not started", "session", sess.ID, "err", err)
 		settle(start)
 		return nil, err
 	}
 	now := s.now()
-	lease := &models.Terminal{ID: t.ID(), SessionID: sess.ID, UserID: sess.UserID, Instance: s.sb.Instance,
+	lease := &models.Terminal{ID: t.ID(), SessionID: sess.ID, UserID: sess.UserID, Instance: rt.sb.Instance,
 		State: models.TerminalLive, OpenedAt: now, HeartbeatAt: now}
 	if err := s.db.CreateTerminal(ctx, lease); err != nil {
 		t.Close()
 		settle(start)
 		return nil, err
 	}
-	sh := &shell{t: t, sessionID: sess.ID, projectID: sess.ProjectID, userID: sess.UserID, res: res, started: start}
-	s.terms.mu.Lock()
-	s.terms.all[t.ID()] = sh
-	s.terms.mu.Unlock()
-	go s.watchShell(sh)
+	go s.watch(t, sh)
 	return t, nil
 }
 
-// watchShell settles the shell's sandbox time and ends its lease once the
-// shell has ended, however it ended.
-func (s *Service) watchShell(sh *shell) {
-	<-sh.t.Done()
+// watch settles the shell's sandbox time and ends its lease once the shell
+// has ended, however it ended, then captures what the session's shells
+// changed if it was the last.
+func (s *Shells) watch(t *terminal.Terminal, sh *shell) {
+	<-t.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := s.sb.Meter.Settle(ctx, sh.res, sh.started, s.now()); err != nil && !errors.Is(err, meter.ErrSettled) {
-		s.log.Error("shell time not settled", "terminal", sh.t.ID(), "err", err)
+	if _, err := s.rt.sb.Meter.Settle(ctx, sh.res, sh.started, s.now()); err != nil && !errors.Is(err, meter.ErrSettled) {
+		s.log.Error("shell time not settled", "terminal", t.ID(), "err", err)
 	}
-	if err := s.db.EndTerminal(ctx, sh.t.ID(), models.TerminalClosed, s.now()); err != nil {
-		s.log.Warn("terminal lease not ended", "terminal", sh.t.ID(), "err", err)
+	if err := s.db.EndTerminal(ctx, t.ID(), models.TerminalClosed, s.now()); err != nil {
+		s.log.Warn("terminal lease not ended", "terminal", t.ID(), "err", err)
 	}
-	s.terms.mu.Lock()
-	delete(s.terms.all, sh.t.ID())
-	s.terms.mu.Unlock()
-	if err := s.captureAfterShells(ctx, sh.sessionID); err != nil {
+	if err := s.rt.captureAfterShells(ctx, sh.sessionID); err != nil {
 		s.log.Warn("changes made in a shell not captured", "session", sh.sessionID, "err", err)
 	}
 }
 
-// captureAfterShells turns what the session's shells changed into edits
-// once the last of them has ended, as after a command: nothing of the
-// session may run while its files are read, so it waits for that moment.
-func (s *Service) captureAfterShells(ctx context.Context, sessionID string) error {
-	unlock := s.checkouts.lock(sessionID)
-	defer unlock()
-	if s.hasShells(sessionID) {
-		return nil
+// running are the shells that still run on this instance, with their tags.
+func (s *Shells) running() ([]*terminal.Terminal, []*shell) {
+	var ts []*terminal.Terminal
+	var shs []*shell
+	for _, t := range s.terms.Running() {
+		if sh, ok := t.Tag().(*shell); ok {
+			ts = append(ts, t)
+			shs = append(shs, sh)
+		}
 	}
-	s.checkouts.mu.Lock()
-	co := s.checkouts.live[sessionID]
-	s.checkouts.mu.Unlock()
-	if co == nil {
-		return nil
-	}
-	sess, err := s.internal(ctx, sessionID)
-	if errors.Is(err, ErrNotFound) || errors.As(err, new(*GoneError)) {
-		return nil // ended meanwhile: its edits are gone anyway
-	}
-	if err != nil {
-		return err
-	}
-	if err := s.sb.Box.KillAll(ctx, co.uid); err != nil {
-		return err
-	}
-	_, err = s.capture(ctx, sess, co)
-	return err
+	return ts, shs
 }
 
-func (s *Service) hasShells(sessionID string) bool {
-	if s.terms == nil {
+// Shell returns a running shell of the session, or terminal.ErrNotFound
+// for a shell that is not the session's or no longer runs.
+func (s *Shells) Shell(sess *Session, id string) (*terminal.Terminal, error) {
+	t, err := s.terms.Get(id)
+	if err != nil {
+		return nil, terminal.ErrNotFound
+	}
+	sh, ok := t.Tag().(*shell)
+	if !ok || sh.sessionID != sess.ID || ended(t) {
+		return nil, terminal.ErrNotFound
+	}
+	return t, nil
+}
+
+func ended(t *terminal.Terminal) bool {
+	select {
+	case <-t.Done():
+		return true
+	default:
 		return false
 	}
-	s.terms.mu.Lock()
-	defer s.terms.mu.Unlock()
-	for _, sh := range s.terms.all {
-		if sh.sessionID == sessionID {
-			return true
+}
+
+// Shells lists the session's running shells, oldest first.
+func (s *Shells) Shells(sess *Session) []*terminal.Terminal {
+	ts, shs := s.running()
+	var mine []*terminal.Terminal
+	for i, t := range ts {
+		if shs[i].sessionID == sess.ID {
+			mine = append(mine, t)
 		}
 	}
-	return false
+	return mine
 }
 
-// Shell returns a shell of the session, or terminal.ErrNotFound for a
-// shell that is not the session's or no longer runs.
-func (s *Service) Shell(sess *Session, id string) (*terminal.Terminal, error) {
-	if s.terms == nil {
-		return nil, terminal.ErrNotFound
+// Owned returns the running shell id when it is one of user's session
+// sessionID on projectID, from memory alone, and notes the use as the
+// session's activity at now; ok is false otherwise, and the caller then
+// checks the request in full. The heartbeat writes the activity and closes
+// the shell once its owner may no longer edit.
+func (s *Shells) Owned(user *models.User, projectID int64, sessionID, id string, now time.Time) (*terminal.Terminal, bool) {
+	if user == nil {
+		return nil, false
 	}
-	s.terms.mu.Lock()
-	sh, ok := s.terms.all[id]
-	s.terms.mu.Unlock()
-	if !ok || sh.sessionID != sess.ID {
-		return nil, terminal.ErrNotFound
+	t, err := s.terms.Get(id)
+	if err != nil {
+		return nil, false
 	}
-	return sh.t, nil
+	sh, ok := t.Tag().(*shell)
+	if !ok || sh.sessionID != sessionID || sh.userID != user.ID || sh.projectID != projectID || ended(t) {
+		return nil, false
+	}
+	sh.active.Store(now.UnixNano())
+	return t, true
 }
 
-// Shells lists the session's live shells, oldest first.
-func (s *Service) Shells(sess *Session) []*terminal.Terminal {
-	if s.terms == nil {
-		return nil
-	}
-	s.terms.mu.Lock()
-	defer s.terms.mu.Unlock()
-	var ts []*terminal.Terminal
-	for _, sh := range s.terms.all {
-		if sh.sessionID == sess.ID {
-			ts = append(ts, sh.t)
+// EndSession closes the session's shells when the session ends; Sessions
+// call it.
+func (s *Shells) EndSession(_ context.Context, cs *models.CodeSession) error {
+	ts, shs := s.running()
+	for i, t := range ts {
+		if shs[i].sessionID == cs.ID {
+			t.Close()
 		}
 	}
-	sortByOpened(ts)
-	return ts
+	return nil
 }
-
-func sortByOpened(ts []*terminal.Terminal) {
-	for i := 1; i < len(ts); i++ {
-		for j := i; j > 0 && ts[j].Opened().Before(ts[j-1].Opened()); j-- {
-			ts[j], ts[j-1] = ts[j-1], ts[j]
-		}
-	}
-}
-
-// closeShells closes the shells of one session, or of every session when
-// sessionID is "".
-func (s *Service) closeShells(sessionID string) {
-	if s.terms == nil {
-		return
-	}
-	s.terms.mu.Lock()
-	var doomed []*terminal.Terminal
-	for _, sh := range s.terms.all {
-		if sessionID == "" || sh.sessionID == sessionID {
-			doomed = append(doomed, sh.t)
-		}
-	}
-	s.terms.mu.Unlock()
-	for _, t := range doomed {
-		t.Close()
-	}
-}
-
-// Heartbeat runs one beat of the leases now; Run beats every LeaseEvery.
-func (s *Service) Heartbeat(ctx context.Context) { s.heartbeatShells(ctx) }
 
 // EndedShell reports whether id was a shell of the session that no longer
 // runs here, such as one of a previous server process: its viewers are
 // told it exited rather than that it never existed.
-func (s *Service) EndedShell(ctx context.Context, sess *Session, id string) bool {
+func (s *Shells) EndedShell(ctx context.Context, sess *Session, id string) bool {
 	lease, err := s.db.TerminalByID(ctx, id)
 	return err == nil && lease.SessionID == sess.ID
 }
 
-// heartbeatShells renews this instance's leases and closes each shell
-// whose lease was ended elsewhere, whose owner may no longer edit, or whose
-// project ran out of sandbox time.
-func (s *Service) heartbeatShells(ctx context.Context) {
-	if s.terms == nil {
-		return
+// Heartbeat renews this instance's leases and closes each shell whose
+// lease was ended elsewhere, whose owner may no longer edit, or whose
+// project ran out of sandbox time. Run beats every LeaseEvery.
+func (s *Shells) Heartbeat(ctx context.Context) {
+	ts, shs := s.running()
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ID()
 	}
-	s.terms.mu.Lock()
-	live := make([]*shell, 0, len(s.terms.all))
-	ids := make([]string, 0, len(s.terms.all))
-	for id, sh := range s.terms.all {
-		live = append(live, sh)
-		ids = append(ids, id)
-	}
-	s.terms.mu.Unlock()
 	now := s.now()
-	lost, err := s.db.HeartbeatTerminals(ctx, s.sb.Instance, ids, now)
+	lost, err := s.db.HeartbeatTerminals(ctx, s.rt.sb.Instance, ids, now)
 	if err != nil {
 		s.log.Warn("terminal leases not renewed", "err", err)
 		return
 	}
-	for _, sh := range live {
+	s.recordActivity(ctx, shs)
+	for i, t := range ts {
+		sh := shs[i]
 		switch {
-		case lost[sh.t.ID()]:
-			s.log.Info("terminal lease lost; closing its shell", "terminal", sh.t.ID())
+		case lost[t.ID()]:
+			s.log.Info("terminal lease lost; closing its shell", "terminal", t.ID())
 		case !s.mayStillEdit(ctx, sh):
-			s.log.Info("terminal owner may no longer edit; closing the shell", "terminal", sh.t.ID())
+			s.log.Info("terminal owner may no longer edit; closing the shell", "terminal", t.ID())
 		default:
-			if err := s.sb.Meter.Renew(ctx, sh.res); err == nil {
+			if err := s.rt.sb.Meter.Renew(ctx, sh.res); err == nil {
 				continue
 			} else if !errors.Is(err, meter.ErrCap) {
-				s.log.Warn("shell reservation not renewed", "terminal", sh.t.ID(), "err", err)
+				s.log.Warn("shell reservation not renewed", "terminal", t.ID(), "err", err)
 				continue
 			}
-			s.log.Info("sandbox time used up; closing the shell", "terminal", sh.t.ID())
+			s.log.Info("sandbox time used up; closing the shell", "terminal", t.ID())
 		}
-		sh.t.Close()
+		t.Close()
 	}
 	if _, err := s.db.LoseStaleTerminals(ctx, now.Add(-staleLease), now); err != nil {
 		s.log.Warn("stale terminal leases not marked lost", "err", err)
 	}
 }
 
+// recordActivity writes, once per session, the latest use of its shells
+// since the last beat as the session's activity: at most one write per
+// session every LeaseEvery, however fast the keys come.
+func (s *Shells) recordActivity(ctx context.Context, shs []*shell) {
+	latest := map[string]int64{}
+	for _, sh := range shs {
+		if at := sh.active.Swap(0); at > latest[sh.sessionID] {
+			latest[sh.sessionID] = at
+		}
+	}
+	for id, at := range latest {
+		if at == 0 {
+			continue
+		}
+		if err := s.db.TouchSession(ctx, id, time.Unix(0, at)); err != nil {
+			s.log.Warn("shell activity not recorded", "session", id, "err", err)
+		}
+	}
+}
+
 // mayStillEdit re-checks, from the database, that the shell's owner still
 // holds code.edit on the project and the session is still open.
-func (s *Service) mayStillEdit(ctx context.Context, sh *shell) bool {
+func (s *Shells) mayStillEdit(ctx context.Context, sh *shell) bool {
 	// A database hiccup is no verdict: only a definite answer closes.
 	cs, err := s.db.SessionByID(ctx, sh.sessionID)
 	switch {
@@ -325,6 +321,20 @@ func (s *Service) mayStillEdit(ctx context.Context, sh *shell) bool {
 		return true
 	}
 	return auth.Can(auth.Role(role), auth.CodeEdit)
+}
+
+// Run renews the leases every LeaseEvery until ctx ends.
+func (s *Shells) Run(ctx context.Context) {
+	t := time.NewTicker(LeaseEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Heartbeat(ctx)
+		}
+	}
 }
 
 // shellProcess adapts a sandboxed process to what the terminal waits on.

@@ -17,7 +17,7 @@ const (
 
 // Sweep ends every session past a limit and finishes ends that were
 // interrupted. It returns how many it ended.
-func (s *Service) Sweep(ctx context.Context) (int, error) {
+func (s *Sessions) Sweep(ctx context.Context) (int, error) {
 	now := s.now()
 	overdue, err := s.db.OverdueSessions(ctx, now.Add(-s.cfg.Idle), now.Add(-s.cfg.MaxAge))
 	if err != nil {
@@ -51,7 +51,7 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 
 // Maintain removes forks that no open or ending session owns, such as one
 // left by a crash between creating a fork and recording its session.
-func (s *Service) Maintain(ctx context.Context) error {
+func (s *Sessions) Maintain(ctx context.Context) error {
 	if _, err := s.Sweep(ctx); err != nil {
 		s.log.Warn("maintenance sweep: ending overdue sessions", "err", err)
 	}
@@ -65,11 +65,11 @@ func (s *Service) Maintain(ctx context.Context) error {
 	}
 	live := map[string]bool{}
 	for _, cs := range unfinished {
-		live[cs.ID] = true
+		live[forkName(cs.ID)] = true
 	}
 	var errs []error
 	for _, name := range names {
-		if live["edit_"+name[len("edit-"):]] {
+		if live[name] {
 			continue
 		}
 		if err := s.git.RemoveRepo(ctx, name); err != nil && !errors.Is(err, gitsvc.ErrNotFound) {
@@ -83,7 +83,7 @@ func (s *Service) Maintain(ctx context.Context) error {
 
 // EndProjectSessions ends every session of a project being archived or
 // deleted.
-func (s *Service) EndProjectSessions(ctx context.Context, projectID int64, reason string) error {
+func (s *Sessions) EndProjectSessions(ctx context.Context, projectID int64, reason string) error {
 	css, err := s.db.UnfinishedSessionsOf(ctx, projectID)
 	if err != nil {
 		return err
@@ -100,7 +100,7 @@ func (s *Service) EndProjectSessions(ctx context.Context, projectID int64, reaso
 }
 
 // Run sweeps every minute and maintains every day until ctx ends.
-func (s *Service) Run(ctx context.Context) {
+func (s *Sessions) Run(ctx context.Context) {
 	if err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
 		s.log.Warn("session maintenance failed", "err", err)
 	}
@@ -108,10 +108,6 @@ func (s *Service) Run(ctx context.Context) {
 	defer sweep.Stop()
 	maintain := time.NewTicker(MaintainEvery)
 	defer maintain.Stop()
-	checkouts := time.NewTicker(checkoutIdle / 4)
-	defer checkouts.Stop()
-	leases := time.NewTicker(LeaseEvery)
-	defer leases.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -122,10 +118,6 @@ func (s *Service) Run(ctx context.Context) {
 			} else if n > 0 {
 				s.log.Info("overdue sessions ended", "count", n)
 			}
-		case <-leases.C:
-			s.heartbeatShells(ctx)
-		case <-checkouts.C:
-			s.DropIdleCheckouts(ctx)
 		case <-maintain.C:
 			if err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("session maintenance failed", "err", err)

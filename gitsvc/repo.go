@@ -121,9 +121,10 @@ func (s *Service) RemoveRepo(ctx context.Context, name string) error {
 	return nil
 }
 
-// OpenCanonical returns the canonical repository name, or ErrNotFound. It
-// starts no process and takes no lock.
-func (s *Service) OpenCanonical(name string) (*Repo, error) {
+// OpenBare returns the managed bare repository name (a project's canonical
+// repository or a session's fork), or ErrNotFound. It starts no process and
+// takes no lock.
+func (s *Service) OpenBare(name string) (*Repo, error) {
 	p, err := s.CanonicalPath(name)
 	if err != nil {
 		return nil, err

@@ -79,15 +79,15 @@ func TestCreateOpenRemoveCanonical(t *testing.T) {
 		t.Errorf("create ../evil: %v, want ErrBadName", err)
 	}
 
-	o, err := s.OpenCanonical("proj")
+	o, err := s.OpenBare("proj")
 	if err != nil || o.GitDir != r.GitDir {
-		t.Errorf("OpenCanonical = %+v, %v", o, err)
+		t.Errorf("OpenBare = %+v, %v", o, err)
 	}
-	if _, err := s.OpenCanonical("nope"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("OpenCanonical(nope): %v, want ErrNotFound", err)
+	if _, err := s.OpenBare("nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("OpenBare(nope): %v, want ErrNotFound", err)
 	}
-	if _, err := s.OpenCanonical("a/b"); !errors.Is(err, ErrBadName) {
-		t.Errorf("OpenCanonical(a/b): %v, want ErrBadName", err)
+	if _, err := s.OpenBare("a/b"); !errors.Is(err, ErrBadName) {
+		t.Errorf("OpenBare(a/b): %v, want ErrBadName", err)
 	}
 
 	if err := s.RemoveRepo(ctx, "proj"); err != nil {
@@ -96,8 +96,8 @@ func TestCreateOpenRemoveCanonical(t *testing.T) {
 	if _, err := os.Lstat(r.GitDir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("repository still there: %v", err)
 	}
-	if _, err := s.OpenCanonical("proj"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("OpenCanonical after remove: %v", err)
+	if _, err := s.OpenBare("proj"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("OpenBare after remove: %v", err)
 	}
 	if err := s.RemoveRepo(ctx, "proj"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("second remove: %v, want ErrNotFound", err)

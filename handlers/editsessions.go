@@ -20,7 +20,9 @@ import (
 type EditSessions struct {
 	Render   *views.Renderer
 	Projects *projects.Service
-	Sessions *editsession.Service
+	Sessions *editsession.Sessions
+	Runtime  *editsession.Runtime
+	Shells   *editsession.Shells
 	Idle     time.Duration
 	// Now is the clock the sessions' limits run on; the page's countdown
 	// follows it.
@@ -124,19 +126,28 @@ func (h *EditSessions) File(c *gin.Context) error {
 }
 
 // Save stores the request body as the file, exactly as sent.
+// The session is checked inside the save's transaction, not before it: a
+// save reads the session's row once.
 func (h *EditSessions) Save(c *gin.Context) error {
-	sess, err := h.session(c, true)
+	acc, err := access(c, h.Projects, auth.CodeRead)
 	if err != nil {
 		return err
 	}
 	content, err := io.ReadAll(io.LimitReader(c.Request.Body, editsession.MaxFileBytes+1))
 	if err != nil {
+		// As for any request to a session, its checks answer first.
+		if _, serr := h.session(c, true); serr != nil {
+			return serr
+		}
 		if isTooLarge(err) {
 			return editsession.ErrTooLarge
 		}
 		return err
 	}
-	etag, err := h.Sessions.Save(c.Request.Context(), sess, c.Query("path"), content, precondition(c))
+	sess, etag, err := h.Sessions.Save(c.Request.Context(), acc, c.Param("sid"), c.Query("path"), content, precondition(c))
+	if sess != nil {
+		h.deadlines(c, sess.IdleDeadline)
+	}
 	if err != nil {
 		return err
 	}
@@ -248,9 +259,15 @@ func (h *EditSessions) session(c *gin.Context, touch bool) (*editsession.Session
 	if !acc.Can(auth.CodeEdit) {
 		return nil, auth.ErrForbidden
 	}
-	c.Header("X-Session-Idle-Deadline", sess.IdleDeadline.Format(timeFormat))
-	c.Header("X-Server-Now", h.Now().Format(timeFormat))
+	h.deadlines(c, sess.IdleDeadline)
 	return sess, nil
+}
+
+// deadlines tells the page when the session goes idle, on the server's
+// clock.
+func (h *EditSessions) deadlines(c *gin.Context, idle time.Time) {
+	c.Header("X-Session-Idle-Deadline", idle.Format(timeFormat))
+	c.Header("X-Server-Now", h.Now().Format(timeFormat))
 }
 
 func precondition(c *gin.Context) editsession.Precondition {
@@ -279,7 +296,7 @@ func (h *EditSessions) RunCommand(c *gin.Context) error {
 		return err
 	}
 	cmd, folder := c.PostForm("command"), c.PostForm("folder")
-	res, err := h.Sessions.RunCommand(c.Request.Context(), sess, cmd, folder)
+	res, err := h.Runtime.RunCommand(c.Request.Context(), sess, cmd, folder)
 	if err != nil {
 		return err
 	}
@@ -301,7 +318,7 @@ func (h *EditSessions) History(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	cmds, usage, err := h.Sessions.History(c.Request.Context(), sess)
+	cmds, usage, err := h.Runtime.History(c.Request.Context(), sess)
 	if err != nil {
 		return err
 	}

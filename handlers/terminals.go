@@ -27,12 +27,12 @@ func (h *EditSessions) OpenTerminal(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	slot, err := h.Sessions.ReserveShell(auth.User(c))
+	slot, err := h.Shells.ReserveShell(auth.User(c))
 	if err != nil {
 		return err
 	}
 	cols, rows := formInt(c, "cols"), formInt(c, "rows")
-	t, err := h.Sessions.OpenShell(c.Request.Context(), sess, slot, cols, rows)
+	t, err := h.Shells.OpenShell(c.Request.Context(), sess, slot, cols, rows)
 	if err != nil {
 		return err
 	}
@@ -47,7 +47,7 @@ func (h *EditSessions) Terminals(c *gin.Context) error {
 		return err
 	}
 	list := []terminalJSON{}
-	for _, t := range h.Sessions.Shells(sess) {
+	for _, t := range h.Shells.Shells(sess) {
 		list = append(list, termJSON(t))
 	}
 	c.JSON(http.StatusOK, list)
@@ -62,8 +62,8 @@ func (h *EditSessions) Stream(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	t, err := h.Sessions.Shell(sess, c.Param("tid"))
-	if errors.Is(err, terminal.ErrNotFound) && h.Sessions.EndedShell(c.Request.Context(), sess, c.Param("tid")) {
+	t, err := h.Shells.Shell(sess, c.Param("tid"))
+	if errors.Is(err, terminal.ErrNotFound) && h.Shells.EndedShell(c.Request.Context(), sess, c.Param("tid")) {
 		c.Header("Content-Type", "text/event-stream")
 		c.Header("Cache-Control", "no-store")
 		c.String(http.StatusOK, "event: exit\ndata: {\"code\":-1,\"signal\":\"\",\"lost\":true}\n\n")
@@ -77,7 +77,7 @@ func (h *EditSessions) Stream(c *gin.Context) error {
 
 // Input queues keystrokes, applied in the order of X-Input-Seq.
 func (h *EditSessions) Input(c *gin.Context) error {
-	t, err := h.terminal(c, true)
+	t, err := h.terminal(c)
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func (h *EditSessions) Input(c *gin.Context) error {
 
 // Resize sets the shell's window.
 func (h *EditSessions) Resize(c *gin.Context) error {
-	t, err := h.terminal(c, true)
+	t, err := h.terminal(c)
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func (h *EditSessions) Resize(c *gin.Context) error {
 
 // CloseTerminal kills the shell and everything it started.
 func (h *EditSessions) CloseTerminal(c *gin.Context) error {
-	t, err := h.terminal(c, true)
+	t, err := h.terminal(c)
 	if err != nil {
 		return err
 	}
@@ -110,13 +110,24 @@ func (h *EditSessions) CloseTerminal(c *gin.Context) error {
 	return nil
 }
 
-// terminal finds a shell of the caller's own session.
-func (h *EditSessions) terminal(c *gin.Context, touch bool) (*terminal.Terminal, error) {
-	sess, err := h.session(c, touch)
+// terminal finds a running shell of the caller's own session for input,
+// resize or close. These come with every keystroke, so the shell's owner is
+// checked in memory and the session's activity is written by the next
+// lease heartbeat, which also re-checks the right to edit; only a request
+// that does not match goes through the full check, for its exact answer.
+func (h *EditSessions) terminal(c *gin.Context) (*terminal.Terminal, error) {
+	if pid, err := projectID(c); err == nil {
+		now := h.Now()
+		if t, ok := h.Shells.Owned(auth.User(c), pid, c.Param("sid"), c.Param("tid"), now); ok {
+			h.deadlines(c, now.Add(h.Idle))
+			return t, nil
+		}
+	}
+	sess, err := h.session(c, true)
 	if err != nil {
 		return nil, err
 	}
-	return h.Sessions.Shell(sess, c.Param("tid"))
+	return h.Shells.Shell(sess, c.Param("tid"))
 }
 
 // formInt reads a whole number from the form or the query; 0 when absent

@@ -212,6 +212,24 @@ func (s *Store) MemberRole(ctx context.Context, projectID, userID int64) (string
 	return m.Role, nil
 }
 
+// ProjectOfMember returns the project and userID's role in it, in one
+// round trip; ErrNotFound when either is missing.
+func (s *Store) ProjectOfMember(ctx context.Context, projectID, userID int64) (*Project, string, error) {
+	var row struct {
+		Project `gorm:"embedded"`
+		Role    string
+	}
+	err := s.db.WithContext(ctx).Table("projects").
+		Select("projects.*, project_members.role").
+		Joins("JOIN project_members ON project_members.project_id = projects.id AND project_members.user_id = ?", userID).
+		Where("projects.id = ?", projectID).
+		Take(&row).Error
+	if err != nil {
+		return nil, "", fmt.Errorf("models: project %d of member %d: %w", projectID, userID, translate(err))
+	}
+	return &row.Project, row.Role, nil
+}
+
 // ProjectMember is a member with the user's name, for listing.
 type ProjectMember struct {
 	UserID   int64  `json:"userId"`

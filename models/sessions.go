@@ -83,9 +83,56 @@ func (s *Store) LockSession(ctx context.Context, id string) (*CodeSession, error
 	return &cs, nil
 }
 
+// TouchLiveSession records a request at now on the person's session id and
+// returns it with its row locked for the rest of the transaction, in one
+// round trip, when it is open and within its limits: seen after idleSince
+// and opened after openedSince. Otherwise (missing, someone else's, ended
+// or over a limit) it is ErrNotFound and nothing changed; the caller then
+// finds out which.
+func (s *Store) TouchLiveSession(ctx context.Context, id string, userID, projectID int64, now, idleSince, openedSince time.Time) (*CodeSession, error) {
+	var cs []CodeSession
+	err := s.db.WithContext(ctx).Model(&cs).Clauses(clause.Returning{}).
+		Where("id = ? AND user_id = ? AND project_id = ? AND state = ? AND last_seen_at > ? AND opened_at > ?",
+			id, userID, projectID, SessionOpen, idleSince, openedSince).
+		UpdateColumn("last_seen_at", now).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: touch session %s: %w", id, translate(err))
+	}
+	if len(cs) != 1 {
+		return nil, fmt.Errorf("models: touch session %s: %w", id, ErrNotFound)
+	}
+	return &cs[0], nil
+}
+
+// SessionFileAndCount returns the session's edit of path (nil when the
+// path is unchanged) and how many paths the session changes, in one round
+// trip: a save needs both.
+func (s *Store) SessionFileAndCount(ctx context.Context, sessionID, path string) (*SessionFile, int64, error) {
+	var row struct {
+		Path      *string
+		Content   []byte
+		Deleted   *bool
+		UpdatedAt *time.Time
+		Changed   int64
+	}
+	err := s.db.WithContext(ctx).Raw(`SELECT f.path, f.content, f.deleted, f.updated_at, c.changed
+		FROM (SELECT count(*) AS changed FROM code_session_files WHERE session_id = ?) AS c
+		LEFT JOIN code_session_files AS f ON f.session_id = ? AND f.path = ?`, sessionID, sessionID, path).
+		Scan(&row).Error
+	if err != nil {
+		return nil, 0, fmt.Errorf("models: edit %s of %s: %w", path, sessionID, translate(err))
+	}
+	if row.Path == nil {
+		return nil, row.Changed, nil
+	}
+	return &SessionFile{SessionID: sessionID, Path: *row.Path, Content: row.Content, Deleted: *row.Deleted,
+		UpdatedAt: *row.UpdatedAt}, row.Changed, nil
+}
+
 // TouchSession records a request at now.
 func (s *Store) TouchSession(ctx context.Context, id string, now time.Time) error {
-	err := s.db.WithContext(ctx).Model(&CodeSession{}).Where("id = ? AND state = ?", id, SessionOpen).
+	// Never backwards: a shell's activity is written a beat late.
+	err := s.db.WithContext(ctx).Model(&CodeSession{}).Where("id = ? AND state = ? AND last_seen_at < ?", id, SessionOpen, now).
 		UpdateColumn("last_seen_at", now).Error
 	if err != nil {
 		return fmt.Errorf("models: touch session %s: %w", id, err)
@@ -162,15 +209,6 @@ func (s *Store) SessionFile(ctx context.Context, sessionID, path string) (*Sessi
 		return nil, fmt.Errorf("models: edit %s of %s: %w", path, sessionID, translate(err))
 	}
 	return &f, nil
-}
-
-// CountSessionFiles is how many paths the session changed.
-func (s *Store) CountSessionFiles(ctx context.Context, sessionID string) (int64, error) {
-	var n int64
-	if err := s.db.WithContext(ctx).Model(&SessionFile{}).Where("session_id = ?", sessionID).Count(&n).Error; err != nil {
-		return 0, fmt.Errorf("models: count edits of %s: %w", sessionID, err)
-	}
-	return n, nil
 }
 
 // PutSessionFile stores a changed path (content or deletion).

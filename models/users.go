@@ -116,16 +116,28 @@ func (s *Store) CreateLoginSession(ctx context.Context, ls *LoginSession) error 
 
 // LoginSessionUser returns the unexpired session with tokenHash and its user.
 func (s *Store) LoginSessionUser(ctx context.Context, tokenHash []byte, now time.Time) (*LoginSession, *User, error) {
-	var ls LoginSession
-	err := s.db.WithContext(ctx).Where("token_hash = ? AND expires_at > ?", tokenHash, now).Take(&ls).Error
+	// One round trip: this runs on every request, a terminal's keystrokes
+	// included.
+	var row struct {
+		UserID    int64
+		CSRFToken string `gorm:"column:csrf_token"`
+		LSCreated time.Time
+		ExpiresAt time.Time
+		User      User `gorm:"embedded;embeddedPrefix:u_"`
+	}
+	err := s.db.WithContext(ctx).Table("login_sessions AS ls").
+		Select(`ls.user_id, ls.csrf_token, ls.created_at AS ls_created, ls.expires_at,
+			u.id AS u_id, u.username AS u_username, u.password_hash AS u_password_hash,
+			u.is_admin AS u_is_admin, u.created_at AS u_created_at`).
+		Joins("JOIN users AS u ON u.id = ls.user_id").
+		Where("ls.token_hash = ? AND ls.expires_at > ?", tokenHash, now).
+		Take(&row).Error
 	if err != nil {
 		return nil, nil, fmt.Errorf("models: login session: %w", translate(err))
 	}
-	u, err := s.UserByID(ctx, ls.UserID)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &ls, u, nil
+	ls := &LoginSession{TokenHash: tokenHash, UserID: row.UserID, CSRFToken: row.CSRFToken,
+		CreatedAt: row.LSCreated, ExpiresAt: row.ExpiresAt}
+	return ls, &row.User, nil
 }
 
 // DeleteLoginSession removes one session; a missing one is not an error.

@@ -38,7 +38,7 @@ var (
 // maxDirNameTries bounds the search for a free workspace folder name.
 const maxDirNameTries = 100
 
-// SessionEnder ends the edit sessions of a project (editsession.Service).
+// SessionEnder ends the edit sessions of a project (editsession.Sessions).
 type SessionEnder interface {
 	EndProjectSessions(ctx context.Context, projectID int64, reason string) error
 }
@@ -54,14 +54,12 @@ type Service struct {
 	log      *slog.Logger
 }
 
-// NewService returns a Service.
-func NewService(store *models.Store, ws *workspace.Workspaces, git *gitsvc.Service, code *codestore.Store, now func() time.Time, log *slog.Logger) *Service {
-	return &Service{store: store, ws: ws, git: git, code: code, now: now, log: log}
+// NewService returns a Service; sessions ends the edit sessions of a
+// project that is archived or deleted.
+func NewService(store *models.Store, ws *workspace.Workspaces, git *gitsvc.Service, code *codestore.Store,
+	sessions SessionEnder, now func() time.Time, log *slog.Logger) *Service {
+	return &Service{store: store, ws: ws, git: git, code: code, sessions: sessions, now: now, log: log}
 }
-
-// SetSessionEnder wires the edit sessions, which depend on this package and
-// so cannot be passed to NewService.
-func (s *Service) SetSessionEnder(e SessionEnder) { s.sessions = e }
 
 // CanonicalName is the git service's name of a Container project's canonical
 // repository. It derives from the row id only, so cleanup never trusts a
@@ -86,14 +84,7 @@ func (s *Service) Authorize(ctx context.Context, user *models.User, projectID in
 	if user == nil {
 		return nil, auth.ErrSignInRequired
 	}
-	role, err := s.store.MemberRole(ctx, projectID, user.ID)
-	if errors.Is(err, models.ErrNotFound) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	p, err := s.store.ProjectByID(ctx, projectID)
+	p, role, err := s.store.ProjectOfMember(ctx, projectID, user.ID)
 	if errors.Is(err, models.ErrNotFound) {
 		return nil, ErrNotFound
 	}
@@ -260,7 +251,7 @@ func (s *Service) publishCanonical(ctx context.Context, p *models.Project) {
 	if p.CanonicalCommit == nil {
 		return
 	}
-	repo, err := s.git.OpenCanonical(CanonicalName(p.ID))
+	repo, err := s.git.OpenBare(CanonicalName(p.ID))
 	if err == nil {
 		_, err = s.code.Publish(ctx, repo, *p.CanonicalCommit)
 	}
@@ -353,12 +344,10 @@ func (s *Service) Archive(ctx context.Context, acc *Access) error {
 	if err := s.store.ArchiveProject(ctx, acc.Project.ID, s.now()); err != nil {
 		return err
 	}
-	if s.sessions != nil {
-		// A session that is not ended here ends at its next request or
-		// the next sweep, which see the project archived.
-		if err := s.sessions.EndProjectSessions(ctx, acc.Project.ID, "archived"); err != nil {
-			s.log.Warn("sessions of an archived project not ended yet", "project", acc.Project.ID, "err", err)
-		}
+	// A session that is not ended here ends at its next request or the
+	// next sweep, which see the project archived.
+	if err := s.sessions.EndProjectSessions(ctx, acc.Project.ID, "archived"); err != nil {
+		s.log.Warn("sessions of an archived project not ended yet", "project", acc.Project.ID, "err", err)
 	}
 	s.log.Info("project archived", "project", acc.Project.ID, "by", acc.User.Username)
 	return nil
@@ -368,11 +357,9 @@ func (s *Service) Archive(ctx context.Context, acc *Access) error {
 // project's folder belongs to the person and is never touched.
 func (s *Service) Delete(ctx context.Context, acc *Access) error {
 	p := acc.Project
-	if s.sessions != nil {
-		// Their forks must go while the rows still name them.
-		if err := s.sessions.EndProjectSessions(ctx, p.ID, "project_deleted"); err != nil {
-			return err
-		}
+	// Their forks must go while the rows still name them.
+	if err := s.sessions.EndProjectSessions(ctx, p.ID, "project_deleted"); err != nil {
+		return err
 	}
 	if err := s.store.DeleteProject(ctx, p.ID); err != nil {
 		return err

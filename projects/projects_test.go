@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"atelier/auth"
+	"atelier/editsession"
+	"atelier/events"
 	"atelier/gitsvc"
 	"atelier/internal/dbtest"
 	"atelier/models"
@@ -53,8 +55,11 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec := events.New(store, log)
+	t.Cleanup(rec.Close)
+	sessions := editsession.New(store, git, code, ws, rec, editsession.DefaultConfig, time.Now, log)
 	f := &fixture{
-		svc:    projects.NewService(store, ws, git, code, time.Now, log),
+		svc:    projects.NewService(store, ws, git, code, sessions, time.Now, log),
 		store:  store,
 		people: map[string]*models.User{},
 	}

@@ -35,20 +35,24 @@ type App struct {
 	Handler  http.Handler
 	Auth     *auth.Service
 	Projects *projects.Service
-	Sessions *editsession.Service
-	Events   *events.Recorder
-	Meter    *meter.Meter
-	Sandbox  *sandbox.Sandbox
+	// EditSessions are people's edit sessions on projects; sign-ins are
+	// Auth's and their pages signIn's. Runtime runs their checkouts and
+	// commands, Shells their terminals.
+	EditSessions *editsession.Sessions
+	Runtime      *editsession.Runtime
+	Shells       *editsession.Shells
+	Events       *events.Recorder
+	Meter        *meter.Meter
+	Sandbox      *sandbox.Sandbox
 	// Instance names this server process in leases and reservations.
-	Instance string
-	Shells   *terminal.Manager
+	Instance  string
+	Terminals *terminal.Manager // every terminal of this instance
 
 	log      *slog.Logger
 	adapter  handlers.Adapter
 	cookies  auth.Cookies
-	auth     *auth.Service
 	health   *handlers.Health
-	sessions *handlers.Sessions
+	signIn   *handlers.Sessions
 	projects *handlers.Projects
 	users    *handlers.Users
 	code     *handlers.Code
@@ -109,12 +113,9 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
-	projectSvc := projects.NewService(store, ws, git, codeStore, now, log)
 	codeSvc := code.NewService(ws, git, codeStore, store, log)
 	warnUnreachable(log, cfg.WorkspacesRoot, cfg.SandboxDir())
 	recorder := events.New(store, log)
-	sessionSvc := editsession.New(store, git, codeStore, ws, recorder, cfg.Sessions, now, log)
-	projectSvc.SetSessionEnder(sessionSvc)
 	cfg.Sandbox.Log = log
 	box, err := sandbox.New(cfg.Sandbox)
 	if err != nil {
@@ -122,35 +123,43 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	}
 	usage := meter.New(store, cfg.SandboxCap, now)
 	instance := newInstanceID()
-	shells := terminal.NewManager(terminal.Config{})
-	sessionSvc.SetTerminals(shells)
-	sessionSvc.SetSandboxes(&editsession.Sandboxes{
+	terms := terminal.NewManager(terminal.Config{})
+	runtime := editsession.NewRuntime(store, git, codeStore, ws, editsession.Sandboxes{
 		Box: box, Meter: usage, LocalArea: cfg.SandboxDir(),
 		UIDBase: cfg.Sandbox.UIDBase, UIDCount: cfg.Sandbox.UIDCount, Instance: instance,
-	})
+	}, terms, now, log)
+	shells := editsession.NewShells(store, runtime, terms, now, log)
+	sessionCfg := cfg.Sessions
+	sessionCfg.SandboxSlots = cfg.Sandbox.UIDCount
+	// An ending session's shells close first, then its processes and
+	// checkout go.
+	sessionSvc := editsession.New(store, git, codeStore, ws, recorder, sessionCfg, now, log, shells, runtime)
+	projectSvc := projects.NewService(store, ws, git, codeStore, sessionSvc, now, log)
 	a := &App{
-		Auth:     authSvc,
-		Projects: projectSvc,
-		Sessions: sessionSvc,
-		Events:   recorder,
-		Meter:    usage,
-		Sandbox:  box,
-		Instance: instance,
-		Shells:   shells,
-		log:      log,
-		adapter:  handlers.Adapter{Render: render, Log: log},
-		cookies:  auth.Cookies{AlwaysSecure: cfg.SecureCookies},
-		auth:     authSvc,
-		health:   &handlers.Health{Ping: store.Ping},
-		projects: &handlers.Projects{Render: render, Projects: projectSvc},
-		users:    &handlers.Users{Render: render, Auth: authSvc, Store: store},
+		Auth:         authSvc,
+		Projects:     projectSvc,
+		EditSessions: sessionSvc,
+		Runtime:      runtime,
+		Shells:       shells,
+		Events:       recorder,
+		Meter:        usage,
+		Sandbox:      box,
+		Instance:     instance,
+		Terminals:    terms,
+		log:          log,
+		adapter:      handlers.Adapter{Render: render, Log: log},
+		cookies:      auth.Cookies{AlwaysSecure: cfg.SecureCookies},
+		health:       &handlers.Health{Ping: store.Ping},
+		projects:     &handlers.Projects{Render: render, Projects: projectSvc},
+		users:        &handlers.Users{Render: render, Auth: authSvc, Store: store},
 		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
 			MaxImportBytes: cfg.MaxImportBytes, MaxRawBytes: maxRawBytes},
-		edit:           &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc, Idle: cfg.Sessions.Idle, Now: now},
+		edit: &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc,
+			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now},
 		maxImportBytes: cfg.MaxImportBytes,
-		inputBytes:     shells.Config().InputBytes,
+		inputBytes:     terms.Config().InputBytes,
 	}
-	a.sessions = &handlers.Sessions{Render: render, Auth: authSvc, Cookies: a.cookies}
+	a.signIn = &handlers.Sessions{Render: render, Auth: authSvc, Cookies: a.cookies}
 	a.Handler = a.routes()
 	return a, nil
 }

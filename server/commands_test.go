@@ -216,7 +216,7 @@ func TestEndingRemovesTheSandbox(t *testing.T) {
 	// with the session's edits.
 	owner.put(base, "kept.txt", []byte("kept\n"), nil)
 	h.clock.Advance(2*time.Minute + time.Second)
-	h.app.Sessions.DropIdleCheckouts(context.Background())
+	h.app.Runtime.DropIdleCheckouts(context.Background())
 	if _, err := os.Stat(checkout); !os.IsNotExist(err) {
 		t.Fatalf("an idle checkout survived: %v", err)
 	}

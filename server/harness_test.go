@@ -39,6 +39,8 @@ type harness struct {
 	srv   *httptest.Server
 	clock *clock
 	logs  *logBuffer // the server's log, every level
+	// statements counts what the server sends to PostgreSQL.
+	statements *dbtest.Statements
 }
 
 // clock is the harness's time: the real time when it started, moved only
@@ -90,7 +92,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	store := dbtest.Store(t)
+	store, statements := dbtest.CountedStore(t)
 	// ATELIER_TEST_LOG=1 shows the server's log, for a failing test.
 	var logOut io.Writer = io.Discard
 	if os.Getenv("ATELIER_TEST_LOG") != "" {
@@ -114,8 +116,8 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	srv := httptest.NewServer(app.Handler)
 	t.Cleanup(srv.Close)
 	t.Cleanup(app.Events.Close)
-	t.Cleanup(func() { app.Shells.Close(); app.Sandbox.Close() })
-	return &harness{t: t, cfg: cfg, store: store, app: app, srv: srv, clock: clk, logs: logs}
+	t.Cleanup(func() { app.Terminals.Close(); app.Sandbox.Close() })
+	return &harness{t: t, cfg: cfg, store: store, app: app, srv: srv, clock: clk, logs: logs, statements: statements}
 }
 
 // logBuffer keeps what the server logged.

@@ -24,11 +24,11 @@ func (a *App) routes() http.Handler {
 	r.StaticFS("/static", http.FS(static.FS))
 	r.GET("/highlight.css", a.code.HighlightCSS)
 
-	site := r.Group("/", h(a.auth.Identify(a.cookies)), h(auth.CheckCSRF))
+	site := r.Group("/", h(a.Auth.Identify(a.cookies)), h(auth.CheckCSRF))
 	site.GET("/", func(c *gin.Context) { c.Redirect(http.StatusSeeOther, "/projects") })
-	site.GET("/login", h(a.sessions.ShowLogin))
-	site.POST("/login", h(a.sessions.Login))
-	site.POST("/logout", h(a.sessions.Logout))
+	site.GET("/login", h(a.signIn.ShowLogin))
+	site.POST("/login", h(a.signIn.Login))
+	site.POST("/logout", h(a.signIn.Logout))
 
 	in := site.Group("/", h(auth.RequireUser))
 	in.GET("/projects", h(a.projects.List))

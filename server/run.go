@@ -90,7 +90,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	} else if n > 0 {
 		log.Info("sandbox reservations of a previous run settled", "count", n)
 	}
-	if err := app.Sessions.KillLeftovers(ctx); err != nil {
+	if err := app.Runtime.KillLeftovers(ctx); err != nil {
 		log.Warn("processes of a previous run not all killed", "err", err)
 	}
 	// Before serving, so no Local folder is read unconfirmed.
@@ -119,7 +119,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	fmt.Fprintf(stdout, "Atelier is serving on http://%s (data in %s)\n", ln.Addr(), cfg.DataDir)
 
 	go app.sweepLoginSessions(ctx, store)
-	go app.Sessions.Run(ctx)
+	go app.EditSessions.Run(ctx)
+	go app.Runtime.Run(ctx)
+	go app.Shells.Run(ctx)
 	go func() {
 		if err := app.Projects.PublishPending(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("publishing pending canonical commits failed", "err", err)
@@ -137,7 +139,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	// shells ends them so Shutdown only waits for ordinary requests.
 	// Shells do not survive the process.
 	app.Events.Close()
-	app.Shells.Close()
+	app.Terminals.Close()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {

@@ -276,11 +276,11 @@ func TestSessionPathLimit(t *testing.T) {
 func sessionLeftovers(t *testing.T, h *harness, sid string) (forkExists bool, rows int64) {
 	t.Helper()
 	_, err := os.Stat(filepath.Join(h.cfg.GitDir(), "edit-"+strings.TrimPrefix(sid, "edit_")+".git"))
-	n, cerr := h.store.CountSessionFiles(context.Background(), sid)
+	edits, cerr := h.store.SessionFiles(context.Background(), sid)
 	if cerr != nil {
 		t.Fatal(cerr)
 	}
-	return err == nil, n
+	return err == nil, int64(len(edits))
 }
 
 func TestSessionEnds(t *testing.T) {
@@ -368,11 +368,11 @@ func TestSweepAndMaintenance(t *testing.T) {
 	s, _ := owner.openSession(id)
 	owner.put("/projects/"+itoa(id)+"/sessions/"+s.ID, "a.txt", []byte("a"), nil)
 	ctx := context.Background()
-	if n, err := h.app.Sessions.Sweep(ctx); err != nil || n != 0 {
+	if n, err := h.app.EditSessions.Sweep(ctx); err != nil || n != 0 {
 		t.Fatalf("a live session was swept: %d %v", n, err)
 	}
 	h.clock.Advance(11 * time.Minute)
-	if n, err := h.app.Sessions.Sweep(ctx); err != nil || n != 1 {
+	if n, err := h.app.EditSessions.Sweep(ctx); err != nil || n != 1 {
 		t.Fatalf("sweep ended %d, %v", n, err)
 	}
 	if fork, rows := sessionLeftovers(t, h, s.ID); fork || rows != 0 {
@@ -384,7 +384,7 @@ func TestSweepAndMaintenance(t *testing.T) {
 		t.Fatal(err)
 	}
 	live, _ := owner.openSession(id)
-	if err := h.app.Sessions.Maintain(ctx); err != nil {
+	if err := h.app.EditSessions.Maintain(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(orphan); !os.IsNotExist(err) {

@@ -147,7 +147,7 @@ func TestTerminalsOverHTTP(t *testing.T) {
 	// The session's other shells live on.
 	time.Sleep(300 * time.Millisecond)
 	for _, other := range others {
-		if tm, err := h.app.Shells.Get(other); err != nil || syscall.Kill(tm.Pid(), 0) != nil {
+		if tm, err := h.app.Terminals.Get(other); err != nil || syscall.Kill(tm.Pid(), 0) != nil {
 			t.Fatalf("closing one shell ended another (%s): %v", other, err)
 		}
 	}
@@ -159,7 +159,7 @@ func TestTerminalsOverHTTP(t *testing.T) {
 	owner.post(base+"/discard", nil, jsonAccept)
 	deadline := time.Now().Add(5 * time.Second)
 	for ; ; time.Sleep(50 * time.Millisecond) {
-		if _, running := h.app.Shells.Usage(""); running == 0 {
+		if _, running := h.app.Terminals.Usage(""); running == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -171,7 +171,7 @@ func TestTerminalsOverHTTP(t *testing.T) {
 // shellPid finds the pid of a terminal's shell.
 func shellPid(t *testing.T, h *harness, id string) int {
 	t.Helper()
-	tm, err := h.app.Shells.Get(id)
+	tm, err := h.app.Terminals.Get(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func shellPid(t *testing.T, h *harness, id string) int {
 // waitClosed waits for a shell to end.
 func waitClosed(t *testing.T, h *harness, id, why string) {
 	t.Helper()
-	tm, err := h.app.Shells.Get(id)
+	tm, err := h.app.Terminals.Get(id)
 	if err != nil {
 		return // already gone
 	}
@@ -209,7 +209,7 @@ func TestTerminalLifetime(t *testing.T) {
 	live, _ := owner.openTerminal(base)
 	before, _ := h.store.TerminalByID(ctx, live.ID)
 	h.clock.Advance(time.Second)
-	h.app.Sessions.Heartbeat(ctx)
+	h.app.Shells.Heartbeat(ctx)
 	after, _ := h.store.TerminalByID(ctx, live.ID)
 	if !after.HeartbeatAt.After(before.HeartbeatAt) || after.State != "live" {
 		t.Fatalf("lease not renewed: %+v then %+v", before, after)
@@ -219,7 +219,7 @@ func TestTerminalLifetime(t *testing.T) {
 	if err := h.store.EndTerminal(ctx, live.ID, "lost", h.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	h.app.Sessions.Heartbeat(ctx)
+	h.app.Shells.Heartbeat(ctx)
 	waitClosed(t, h, live.ID, "its lease")
 
 	// Losing the right to edit kills it: demote the owner... by adding a
@@ -231,7 +231,7 @@ func TestTerminalLifetime(t *testing.T) {
 	if res := boss.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"owner"}, "role": {"member"}}, jsonAccept); res.StatusCode != http.StatusOK {
 		t.Fatalf("demote: %d %s", res.StatusCode, readBody(res))
 	}
-	h.app.Sessions.Heartbeat(ctx)
+	h.app.Shells.Heartbeat(ctx)
 	waitClosed(t, h, term.ID, "its owner's right to edit")
 	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"owner"}, "role": {"owner"}}, jsonAccept)
 	boss.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"owner"}, "role": {"owner"}}, jsonAccept)
@@ -246,7 +246,7 @@ func TestTerminalLifetime(t *testing.T) {
 	}
 	h.clock.Advance(5 * time.Minute) // the reservation no longer covers the shell
 	owner.post(base+"/keepalive", nil, jsonAccept)
-	h.app.Sessions.Heartbeat(ctx)
+	h.app.Shells.Heartbeat(ctx)
 	waitClosed(t, h, term.ID, "the month's sandbox time")
 	_, res = owner.openTerminal(base)
 	expectProblem(t, res, http.StatusTooManyRequests, "sandbox_cap")
@@ -262,7 +262,7 @@ func TestTerminalLifetime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer restarted.Events.Close()
-	h.app.Shells.Close() // the old process goes, and its shells with it
+	h.app.Terminals.Close() // the old process goes, and its shells with it
 	h.srv.Config.Handler = restarted.Handler
 	body := readBody(owner.get(base+"/terminals/"+term.ID+"/stream", nil))
 	if !strings.Contains(body, "event: exit") {
@@ -279,7 +279,7 @@ func TestTerminalLifetime(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.clock.Advance(time.Minute)
-	restarted.Sessions.Heartbeat(ctx)
+	restarted.Shells.Heartbeat(ctx)
 	if lease, _ := h.store.TerminalByID(ctx, crashed.ID); lease.State != "lost" {
 		t.Fatalf("the crashed process's lease is %q, want lost", lease.State)
 	}

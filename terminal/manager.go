@@ -231,24 +231,9 @@ func (m *Manager) Get(id string) (*Terminal, error) {
 	return t, nil
 }
 
-// Find returns account's terminal with id; another account's terminal is
-// ErrNotFound like a missing one.
-func (m *Manager) Find(account, id string) (*Terminal, error) {
-	t, err := m.Get(id)
-	if err != nil || t.account != account {
-		return nil, ErrNotFound
-	}
-	return t, nil
-}
-
-// List returns account's terminals, running and ended, oldest first.
-func (m *Manager) List(account string) []*Terminal {
-	return m.filter(func(t *Terminal) bool { return t.account == account })
-}
-
-// All returns every terminal, oldest first.
-func (m *Manager) All() []*Terminal {
-	return m.filter(func(*Terminal) bool { return true })
+// Running returns the terminals whose shells have not ended, oldest first.
+func (m *Manager) Running() []*Terminal {
+	return m.filter((*Terminal).running)
 }
 
 func (m *Manager) filter(keep func(*Terminal) bool) []*Terminal {
@@ -271,24 +256,6 @@ func (m *Manager) Usage(account string) (accountShells, instanceShells int) {
 	return m.byAccount[account], m.running
 }
 
-// CloseTerminal closes the terminal with id.
-func (m *Manager) CloseTerminal(id string) error {
-	t, err := m.Get(id)
-	if err != nil {
-		return err
-	}
-	return t.Close()
-}
-
-// CloseAccount closes every terminal of account, as when its access ends.
-func (m *Manager) CloseAccount(account string) error {
-	var errs []error
-	for _, t := range m.List(account) {
-		errs = append(errs, t.Close())
-	}
-	return errors.Join(errs...)
-}
-
 // Close closes every terminal and refuses new ones; for server shutdown.
 func (m *Manager) Close() error {
 	m.mu.Lock()
@@ -299,7 +266,7 @@ func (m *Manager) Close() error {
 		mu   sync.Mutex
 		errs []error
 	)
-	for _, t := range m.All() {
+	for _, t := range m.filter(func(*Terminal) bool { return true }) {
 		wg.Go(func() {
 			if err := t.Close(); err != nil {
 				mu.Lock()

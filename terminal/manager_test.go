@@ -82,7 +82,7 @@ func TestShellLimits(t *testing.T) {
 		t.Fatalf("the instance's fourth shell: %v, want ErrInstanceShells", err)
 	}
 	checkUsage(t, m, "ann", 2, 3)
-	if err := m.CloseTerminal(ann1.ID()); err != nil {
+	if err := ann1.Close(); err != nil {
 		t.Fatal(err)
 	}
 	checkUsage(t, m, "ann", 1, 2)
@@ -111,16 +111,21 @@ func TestShellLimitsDefaults(t *testing.T) {
 		t.Fatalf("33rd shell: %v, want ErrInstanceShells", err)
 	}
 	checkUsage(t, m, "user0", 4, 32)
-	if n := len(m.List("user3")); n != 4 {
-		t.Errorf("user3 has %d terminals listed, want 4", n)
+	running := m.Running()
+	if n := len(running); n != 32 {
+		t.Errorf("%d terminals running, want 32", n)
 	}
-	if n := len(m.All()); n != 32 {
-		t.Errorf("%d terminals listed, want 32", n)
-	}
-	if err := m.CloseAccount("user3"); err != nil {
-		t.Fatal(err)
+	for _, term := range running {
+		if term.Account() == "user3" {
+			if err := term.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	checkUsage(t, m, "user3", 0, 28)
+	if n := len(m.Running()); n != 28 {
+		t.Errorf("%d terminals running after closing user3's, want 28", n)
+	}
 }
 
 // TestFailedOpenReleasesSlots: a starter error, a bad size, and a slot
@@ -165,11 +170,11 @@ func TestFailedOpenReleasesSlots(t *testing.T) {
 	s.Release()
 	<-term.Done()
 	checkUsage(t, m, "ann", 0, 0)
-	if got, err := m.Find("ann", term.ID()); err != nil || got != term {
+	if got, err := m.Get(term.ID()); err != nil || got != term {
 		t.Fatalf("ended terminal: %v", err)
 	}
-	if _, err := m.Find("bob", term.ID()); !errors.Is(err, ErrNotFound) {
-		t.Errorf("bob finds ann's terminal: %v", err)
+	if n := len(m.Running()); n != 0 {
+		t.Errorf("an ended terminal counts as running (%d)", n)
 	}
 	if err := term.Close(); err != nil {
 		t.Fatal(err)
@@ -196,7 +201,37 @@ func TestEndedTerminalsAreBounded(t *testing.T) {
 	if _, err := m.Get(ids[0]); !errors.Is(err, ErrNotFound) {
 		t.Errorf("oldest ended terminal kept: %v", err)
 	}
-	if ts := m.List("ann"); len(ts) != 2 || ts[0].ID() != ids[1] || ts[1].ID() != ids[2] {
-		t.Errorf("listed %d terminals, want the last two", len(ts))
+	for _, id := range ids[1:] {
+		if _, err := m.Get(id); err != nil {
+			t.Errorf("a recent ended terminal is gone: %v", err)
+		}
+	}
+}
+
+// TestTagIsKept: a terminal hands back the tag it was opened with, so its
+// opener finds its own terminals through the Manager alone.
+func TestTagIsKept(t *testing.T) {
+	m := newManager(t, Config{})
+	type owner struct{ session string }
+	tag := &owner{session: "s1"}
+	term, err := m.Open("ann", bash("exec sleep 60"), Options{Tag: tag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := m.Open("ann", bash("exec sleep 60"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []*Terminal
+	for _, r := range m.Running() {
+		if o, ok := r.Tag().(*owner); ok && o.session == "s1" {
+			found = append(found, r)
+		}
+	}
+	if len(found) != 1 || found[0] != term {
+		t.Fatalf("terminals tagged s1: %v, want just %s", found, term.ID())
+	}
+	if other.Tag() != nil {
+		t.Errorf("untagged terminal has tag %v", other.Tag())
 	}
 }

@@ -99,12 +99,19 @@ type Options struct {
 	// twice, even at once. By default the session and process group of
 	// Process.Pid get SIGKILL, so a Process without a pid needs a Kill.
 	Kill func() error
+
+	// Tag is the opener's record of whose terminal this is (an edit
+	// session's shell keeps its session, owner and reservation here), so
+	// the Manager stays the one registry of terminals and callers look
+	// terminals up through it.
+	Tag any
 }
 
 // Terminal is one shell on a PTY.
 type Terminal struct {
 	id      string
 	account string
+	tag     any
 	opened  time.Time
 	cfg     Config
 	master  *os.File
@@ -155,6 +162,7 @@ func open(account string, cfg Config, start Starter, opts Options) (*Terminal, e
 	t := &Terminal{
 		id:         newID(),
 		account:    account,
+		tag:        opts.Tag,
 		opened:     time.Now(),
 		cfg:        cfg,
 		master:     master,
@@ -276,6 +284,9 @@ func (t *Terminal) ID() string { return t.id }
 // Account is the account the terminal was opened for.
 func (t *Terminal) Account() string { return t.account }
 
+// Tag is Options.Tag as the terminal was opened with.
+func (t *Terminal) Tag() any { return t.tag }
+
 // Opened is when the shell started.
 func (t *Terminal) Opened() time.Time { return t.opened }
 
@@ -285,6 +296,16 @@ func (t *Terminal) Pid() int { return t.proc.Pid() }
 // Done is closed when the terminal has ended: the shell exited, its output
 // is all in the ring, and its PTY is closed.
 func (t *Terminal) Done() <-chan struct{} { return t.done }
+
+// running reports whether the terminal has not ended yet.
+func (t *Terminal) running() bool {
+	select {
+	case <-t.done:
+		return false
+	default:
+		return true
+	}
+}
 
 // ExitStatus reports how the shell ended; ok is false while it runs.
 func (t *Terminal) ExitStatus() (e Exit, ok bool) {
