@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 )
 
@@ -13,7 +14,7 @@ type Network string
 // Network policies. The empty Network is Deny.
 const (
 	Deny  Network = "deny"  // a network namespace of its own with only loopback, up
-	Allow Network = "allow" // the host's network
+	Allow Network = "allow" // the internet, not the host (egress_linux.go)
 )
 
 // Spec is one sandboxed process.
@@ -50,6 +51,13 @@ type Config struct {
 	// before its command starts and removed by KillAll.
 	CgroupRoot string
 	Log        *slog.Logger
+	// AllowNetworks are networks that Network Allow may reach although
+	// they are private, link-local or the host's own
+	// (ATELIER_SANDBOX_ALLOW_CIDRS). Loopback stays out of reach.
+	AllowNetworks []netip.Prefix
+	// NetStack is the slirp4netns that Network Allow needs; "" looks on
+	// PATH and in /usr/bin. Without it, Allow is refused.
+	NetStack string
 }
 
 // Defaults of Config.
