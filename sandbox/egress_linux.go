@@ -342,8 +342,18 @@ func installEgressFilter(ns *os.File, allowed []netip.Prefix) error {
 	})
 	rule := func(exprs ...expr.Any) { c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: exprs}) }
 	pass := &expr.Verdict{Kind: expr.VerdictAccept}
-	// ICMP "administratively prohibited": a refused connect fails at once.
-	refuse := &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}
+	// A refused connection fails at once: a TCP reset (an ICMP error to
+	// a connect in progress is only retried), ICMP for the rest.
+	refusal := c.AddChain(&nftables.Chain{Name: "refuse", Table: table})
+	c.AddRule(&nftables.Rule{Table: table, Chain: refusal, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Reject{Type: unix.NFT_REJECT_TCP_RST},
+	}})
+	c.AddRule(&nftables.Rule{Table: table, Chain: refusal, Exprs: []expr.Any{
+		&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED},
+	}})
+	refuse := &expr.Verdict{Kind: expr.VerdictJump, Chain: refusal.Name}
 
 	lo := make([]byte, 4)
 	binary.NativeEndian.PutUint32(lo, 1) // lo is ifindex 1 in every namespace
