@@ -97,6 +97,7 @@ var problems = []struct {
 	{editsession.ErrNoSandbox, http.StatusConflict, "no_sandbox", "", false},
 	{editsession.ErrEmptyCommand, http.StatusBadRequest, "empty_command", "", false},
 	{meter.ErrCap, http.StatusTooManyRequests, "sandbox_cap", "The project has used its sandbox time for this month; editing still works, commands are off until next month.", false},
+	{sandbox.ErrNetworkUnavailable, http.StatusServiceUnavailable, "network_unavailable", "The server cannot give this project's sandbox the internet without the host here (slirp4netns and /dev/net/tun are needed), so it does not run commands with the network allowed; the log at start says what is missing, and an administrator can install it or deny the network for the project.", false},
 	{sandbox.ErrNetworkUnenforceable, http.StatusServiceUnavailable, "network_unenforceable", "The server cannot cut this project's sandbox off the network here, so it does not run commands; an administrator can allow the network for the project or give the server CAP_SYS_ADMIN.", false},
 	{terminal.ErrAccountShells, http.StatusTooManyRequests, "account_shells", "", false},
 	{terminal.ErrInstanceShells, http.StatusTooManyRequests, "instance_shells", "", false},
