@@ -214,8 +214,9 @@ func (n *testNet) script() string {
 	return b.String()
 }
 
-// stacksOf lists the live network stack processes this test binary
-// started (its children named slirp4netns).
+// stacksOf lists the live processes of the network stacks of this test
+// binary's sandboxes: those of the uid just below its sessions' range
+// (the holders of the namespaces and slirp4netns).
 func stacksOf(t *testing.T) []int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
@@ -228,22 +229,26 @@ func stacksOf(t *testing.T) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 || !strings.Contains(s[:i], "(slirp4netns") {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+		if st := procStatus(pid); st["Uid"] != "" && strings.Fields(st["Uid"])[0] == strconv.Itoa(int(uidBase-1)) && !strings.HasPrefix(st["State"], "Z") {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// procStatus is /proc/pid/status as a map; empty when it is gone.
+func procStatus(pid int) map[string]string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	m := map[string]string{}
+	if err != nil {
+		return m
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m
 }
 
 // TestEgressAllowReachesOnlyTheOutside: a command with Allow reaches a
@@ -329,8 +334,25 @@ func TestEgressShellStackEndsWithIt(t *testing.T) {
 	go func() { waited <- p.Wait() }()
 	term.write(t, strings.ReplaceAll(probe("outside", n.outside.ln.Addr().String()), "\n", "")+"; echo done\n")
 	term.expect(t, "outside=ok")
-	if len(stacksOf(t)) != 1 {
-		t.Errorf("while the shell runs: stacks %v, want one", stacksOf(t))
+	// While it runs, the stack holds no privilege on the host: its uid is
+	// not root (nor the session's, which could trace it), and slirp4netns
+	// has no new privileges and a seccomp filter.
+	stacks := stacksOf(t)
+	slirps := 0
+	for _, pid := range stacks {
+		st := procStatus(pid)
+		if ids := strings.Fields(st["Uid"]); len(ids) != 4 || ids[0] != ids[1] || ids[1] != ids[2] || ids[2] != ids[3] {
+			t.Errorf("stack process %d (%s) has uids %q", pid, st["Name"], st["Uid"])
+		}
+		if st["Name"] == "slirp4netns" {
+			slirps++
+			if st["NoNewPrivs"] != "1" || st["Seccomp"] != "2" {
+				t.Errorf("slirp4netns %d: NoNewPrivs %s, Seccomp %s", pid, st["NoNewPrivs"], st["Seccomp"])
+			}
+		}
+	}
+	if slirps != 1 {
+		t.Errorf("while the shell runs: %d slirp4netns among the stack's processes %v, want one", slirps, stacks)
 	}
 	term.write(t, "exit\n")
 	select {
