@@ -36,6 +36,14 @@ command -v git >/dev/null || apt_install git
 have_postgres || apt_install postgresql
 command -v unshare >/dev/null || apt_install util-linux
 [ -x /usr/bin/chromium ] || [ -n "${ATELIER_CHROMIUM:-}" ] || apt_install chromium
+# Network "allow" runs commands behind slirp4netns (sandbox/egress_linux.go),
+# as a uid without privileges, which opens /dev/net/tun: udev makes it 0666,
+# a bare devtmpfs (containers, small VMs) leaves it 0600.
+command -v slirp4netns >/dev/null || apt_install slirp4netns
+command -v ip >/dev/null || apt_install iproute2
+if [ "$(id -u)" = 0 ] && [ -c /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" != 666 ]; then
+	chmod 0666 /dev/net/tun
+fi
 
 # The object store tests run a real MinIO (storage/miniotest). It is built
 # from source once into the cache, and again when the pinned version changes;

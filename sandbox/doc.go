@@ -39,6 +39,9 @@
 //     RLIMIT_AS, which breaks Go and JVM tools that reserve address space);
 //   - for Network deny, unshares a network namespace and brings lo up, or
 //     refuses the command (ErrNetworkUnenforceable), never running open;
+//     for Network allow, joins the namespace the server made for it behind
+//     slirp4netns and an egress filter (egress_linux.go), or refuses
+//     (ErrNetworkUnavailable), never running on the host's network;
 //   - clears the ambient, bounding and inheritable capability sets, sets
 //     no_new_privs, drops every supplementary group and sets the gid and
 //     the uid (real, effective and saved);

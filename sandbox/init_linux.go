@@ -116,6 +116,16 @@ func enter(ch *os.File) (string, error) {
 		}
 	}
 
+	switch {
+	case is.JoinNetns:
+		if err := joinNetns(); err != nil {
+			return stageJoinNetns, err
+		}
+	case !is.DenyNetwork:
+		// Allow always comes with a namespace of its own; never run a
+		// command on the host's network.
+		return stageJoinNetns, errors.New("no network namespace to join")
+	}
 	if is.DenyNetwork {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			return stageNetns, err

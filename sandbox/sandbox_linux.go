@@ -37,6 +37,10 @@ type Sandbox struct {
 	// them, so a command starting beside a KillAll never finds its group
 	// gone.
 	groups sync.RWMutex
+	// stack and unshare are the tools of Network Allow (egress_linux.go);
+	// stackErr says why Allow is refused when they are missing.
+	stack, unshare string
+	stackErr       error
 }
 
 // New checks cfg and finds the cgroups to use. The server must run as root
@@ -64,6 +68,7 @@ func New(cfg Config) (*Sandbox, error) {
 		return nil, err
 	}
 	s := &Sandbox{cfg: cfg, log: cfg.Log}
+	s.findEgress()
 	switch cfg.CgroupRoot {
 	case "-":
 		s.log.Info("sandbox: cgroups off by configuration; rlimits only")
@@ -152,8 +157,15 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec, lim Limits) (*Result, erro
 	if err != nil {
 		return nil, &RunError{Kind: Start, Partial: Result{ExitCode: -1}, Err: err}
 	}
+	eg, err := s.openEgress(spec.Network)
+	if err != nil {
+		return nil, &RunError{Kind: Start, Partial: Result{ExitCode: -1}, Err: err}
+	}
+	defer eg.end() // run returns once every process of the command is gone
+	is.JoinNetns = eg != nil
 	return run(ctx, lim, func(stdout, stderr *os.File) (*exec.Cmd, tree, error) {
 		cmd := s.helper()
+		cmd.ExtraFiles = eg.files()
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, stdout, stderr
 		// A Stdin that is not a file is copied by a goroutine; do not let
 		// it hold Wait once the command is gone.
@@ -170,6 +182,7 @@ type Process struct {
 	s   *Sandbox
 	uid uint32
 	cmd *exec.Cmd
+	eg  *egress // Allow's network, ended with the shell
 }
 
 // Start starts spec, an interactive shell, on spec.TTY, which becomes its
@@ -187,14 +200,21 @@ func (s *Sandbox) Start(spec Spec) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	eg, err := s.openEgress(spec.Network)
+	if err != nil {
+		return nil, err
+	}
+	is.JoinNetns = eg != nil
 	cmd := s.helper()
+	cmd.ExtraFiles = eg.files()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.TTY, spec.TTY, spec.TTY
 	cmd.SysProcAttr.Setctty = true
 	cmd.SysProcAttr.Ctty = 0 // the child's stdin
 	if err := s.launch(cmd, is); err != nil {
+		eg.end()
 		return nil, err
 	}
-	return &Process{s: s, uid: spec.UID, cmd: cmd}, nil
+	return &Process{s: s, uid: spec.UID, cmd: cmd, eg: eg}, nil
 }
 
 // Pid is the process id of the shell.
@@ -204,8 +224,10 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // and commands of the same uid may still be running, so what the shell
 // left behind is for the caller to end (its session's processes, or
 // KillAll of the uid when nothing of it should run). A non-zero exit is an
-// *exec.ExitError, which carries the exit code or signal.
+// *exec.ExitError, which carries the exit code or signal. The shell's
+// network, under Allow, ends with it.
 func (p *Process) Wait() error {
+	defer p.eg.end()
 	return p.cmd.Wait()
 }
 
@@ -217,6 +239,7 @@ type initSpec struct {
 	Argv        []string
 	Env         []string
 	DenyNetwork bool
+	JoinNetns   bool // Allow: join the namespace at fd 4 (egress_linux.go)
 	MaxProcs    uint64
 	MaxData     uint64   // RLIMIT_DATA; 0 leaves it (a memory cgroup limits instead)
 	Cgroups     []string // cgroup.procs files to join
@@ -309,7 +332,7 @@ func (s *Sandbox) launch(cmd *exec.Cmd, is *initSpec) error {
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "sandbox-init"), os.NewFile(uintptr(fds[1]), "sandbox-init")
 	defer ours.Close()
-	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.ExtraFiles = append([]*os.File{theirs}, cmd.ExtraFiles...)
 	err = cmd.Start()
 	theirs.Close()
 	if err != nil {
@@ -336,6 +359,9 @@ func (s *Sandbox) launch(cmd *exec.Cmd, is *initSpec) error {
 	ie := &initError{r}
 	if r.Stage == stageNetns {
 		return fmt.Errorf("%w: %w", ErrNetworkUnenforceable, ie)
+	}
+	if r.Stage == stageJoinNetns {
+		return fmt.Errorf("%w: %w", ErrNetworkUnavailable, ie)
 	}
 	return ie
 }

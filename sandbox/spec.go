@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 
 	"atelier/fault"
@@ -15,7 +16,7 @@ type Network string
 // Network policies. The empty Network is Deny.
 const (
 	Deny  Network = "deny"  // a network namespace of its own with only loopback, up
-	Allow Network = "allow" // the host's network
+	Allow Network = "allow" // the internet, not the host (egress_linux.go)
 )
 
 // Spec is one sandboxed process.
@@ -52,6 +53,13 @@ type Config struct {
 	// before its command starts and removed by KillAll.
 	CgroupRoot string
 	Log        *slog.Logger
+	// AllowNetworks are networks that Network Allow may reach although
+	// they are private, link-local or the host's own
+	// (ATELIER_SANDBOX_ALLOW_CIDRS). Loopback stays out of reach.
+	AllowNetworks []netip.Prefix
+	// NetStack is the slirp4netns that Network Allow needs; "" looks on
+	// PATH and in /usr/bin. Without it, Allow is refused.
+	NetStack string
 }
 
 // Defaults of Config.
@@ -67,8 +75,15 @@ var (
 	// ErrNetworkUnenforceable: a command asked for Deny, and no network
 	// namespace could be made. The command does not run.
 	ErrNetworkUnenforceable = fault.New(fault.Unavailable, "network_unenforceable", "sandbox: network deny cannot be enforced here", "The server cannot cut this project's sandbox off the network here, so it does not run commands; an administrator can allow the network for the project or give the server CAP_SYS_ADMIN.")
-	ErrBadSpec              = errors.New("sandbox: bad command spec")
-	ErrBadConfig            = errors.New("sandbox: bad config")
+	// ErrNetworkUnavailable: a command asked for Allow, and its namespace with
+	// the user-mode network stack could not be made (slirp4netns or unshare
+	// missing, /dev/net/tun closed, no user or network namespaces, no
+	// nftables). The command does not run; it never gets the host's network
+	// instead.
+	ErrNetworkUnavailable = fault.New(fault.Unavailable, "network_unavailable", "sandbox: network allow is unavailable here",
+		"The server cannot give this project's sandbox the internet without the host here (slirp4netns and /dev/net/tun are needed), so it does not run commands with the network allowed; the log at start says what is missing, and an administrator can install it or deny the network for the project.")
+	ErrBadSpec   = errors.New("sandbox: bad command spec")
+	ErrBadConfig = errors.New("sandbox: bad config")
 	// ErrInitMissing: New was called in a program whose main did not call
 	// Init first.
 	ErrInitMissing   = errors.New("sandbox: sandbox.Init was not called at the start of main")

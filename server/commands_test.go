@@ -232,7 +232,9 @@ func TestEndingRemovesTheSandbox(t *testing.T) {
 }
 
 // The project's network policy: deny (the default) keeps commands off the
-// host's ports; allow lets them through; members cannot change it.
+// host's ports, and so does allow, which gives them a network of their own
+// with a way out (sandbox/egress_test.go tests where it leads); members
+// cannot change it.
 func TestSandboxNetworkPolicy(t *testing.T) {
 	needRoot(t)
 	h := newHarness(t)
@@ -241,9 +243,9 @@ func TestSandboxNetworkPolicy(t *testing.T) {
 	owner.addMember(id, "member", "member")
 	_, base := owner.session(id)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(h.srv.URL, "http://"))
-	probe := "(exec 3<>/dev/tcp/127.0.0.1/" + port + ") 2>/dev/null && echo REACHED || echo CUT-OFF"
+	probe := "(exec 3<>/dev/tcp/127.0.0.1/" + port + ") 2>/dev/null && echo REACHED || echo CUT-OFF; grep -q tap0: /proc/net/dev && echo WAY-OUT || echo LO-ONLY"
 
-	if out, _ := owner.run(base, probe, ""); strings.TrimSpace(out.Stdout) != "CUT-OFF" {
+	if out, _ := owner.run(base, probe, ""); strings.TrimSpace(out.Stdout) != "CUT-OFF\nLO-ONLY" {
 		t.Fatalf("deny: %+v", out)
 	}
 	expectProblem(t, member.post("/projects/"+itoa(id)+"/sandbox-network", url.Values{"network": {"allow"}}, jsonAccept), http.StatusForbidden, "forbidden")
@@ -252,8 +254,27 @@ func TestSandboxNetworkPolicy(t *testing.T) {
 		t.Fatalf("allow: %d", res.StatusCode)
 	}
 	// The open session picks the policy up at its next command.
-	if out, _ := owner.run(base, probe, ""); strings.TrimSpace(out.Stdout) != "REACHED" {
+	if out, _ := owner.run(base, probe, ""); strings.TrimSpace(out.Stdout) != "CUT-OFF\nWAY-OUT" {
 		t.Fatalf("allow: %+v", out)
+	}
+}
+
+// Without the network stack, a project whose network is allowed gets 503
+// network_unavailable, and its command does not run on the host's network
+// instead.
+func TestSandboxNetworkAllowUnavailable(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t, func(c *Config) { c.Sandbox.NetStack = "/nonexistent/slirp4netns" })
+	owner, id := editable(t, h)
+	_, base := owner.session(id)
+	if res := owner.post("/projects/"+itoa(id)+"/sandbox-network", url.Values{"network": {"allow"}}, jsonAccept); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("allow: %d", res.StatusCode)
+	}
+	_, res := owner.run(base, "touch ran", "")
+	expectProblem(t, res, http.StatusServiceUnavailable, "network_unavailable")
+	owner.post("/projects/"+itoa(id)+"/sandbox-network", url.Values{"network": {"deny"}}, jsonAccept)
+	if out, _ := owner.run(base, "test -e ran && echo RAN || echo NOT-RAN", ""); strings.TrimSpace(out.Stdout) != "NOT-RAN" {
+		t.Errorf("the refused command ran: %+v", out)
 	}
 }
 
@@ -289,5 +310,30 @@ func TestEditorSavesBelongToTheSessionUser(t *testing.T) {
 		if lines[2+i] != want {
 			t.Fatalf("mode and owner %q, want %q (output %q)", lines[2+i], want, out.Stdout)
 		}
+	}
+}
+
+func TestSandboxAllowCIDRsConfig(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "ATELIER_SANDBOX_ALLOW_CIDRS" {
+				return v
+			}
+			return ""
+		}
+	}
+	cfg, err := LoadConfig(env("10.1.2.3/16, fd00::/8"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range cfg.Sandbox.AllowNetworks {
+		got = append(got, p.String())
+	}
+	if strings.Join(got, " ") != "10.1.0.0/16 fd00::/8" {
+		t.Errorf("networks %v", got)
+	}
+	if _, err := LoadConfig(env("169.254.169.254")); err == nil || !strings.Contains(err.Error(), "ATELIER_SANDBOX_ALLOW_CIDRS") {
+		t.Errorf("a bare address: %v", err)
 	}
 }

@@ -30,7 +30,7 @@ type Config struct {
 	S3             storage.S3Config   // ATELIER_S3_*; empty Endpoint keeps objects in <data>/objects
 	MaxImportBytes int64              // ATELIER_IMPORT_MAX_BYTES: largest archive an import accepts
 	Sessions       editsession.Config // CODE_SESSION_IDLE_MS, CODE_SESSION_MAX_MS
-	Sandbox        sandbox.Config     // ATELIER_SANDBOX_UID_BASE, ATELIER_SANDBOX_UID_COUNT
+	Sandbox        sandbox.Config     // ATELIER_SANDBOX_UID_BASE, ATELIER_SANDBOX_UID_COUNT, ATELIER_SANDBOX_ALLOW_CIDRS
 	SandboxCap     int64              // SANDBOX_MONTHLY_SECONDS: each project's default monthly cap
 	LocalRoots     []string           // ATELIER_LOCAL_ROOTS: where everyone but site admins may make Local projects
 
@@ -91,14 +91,13 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 		cfg.MaxImportBytes = n
 	}
-	for _, v := range strings.FieldsFunc(getenv("ATELIER_IMPORT_ALLOW_CIDRS"), func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
-		p, err := netip.ParsePrefix(v)
-		if err != nil {
-			return cfg, fmt.Errorf("config: ATELIER_IMPORT_ALLOW_CIDRS must list networks such as 10.0.0.0/8 or fd00::/8, got %q", v)
-		}
-		cfg.ImportAllowNetworks = append(cfg.ImportAllowNetworks, p.Masked())
+	if cfg.ImportAllowNetworks, err = networks(getenv, "ATELIER_IMPORT_ALLOW_CIDRS"); err != nil {
+		return cfg, err
 	}
 	cfg.Sandbox = sandbox.Config{UIDBase: sandbox.DefaultUIDBase, UIDCount: sandbox.DefaultUIDCount}
+	if cfg.Sandbox.AllowNetworks, err = networks(getenv, "ATELIER_SANDBOX_ALLOW_CIDRS"); err != nil {
+		return cfg, err
+	}
 	cfg.SandboxCap = meter.DefaultCap
 	for _, v := range []struct {
 		name string
@@ -160,3 +159,16 @@ func or(v, fallback string) string {
 
 // shutdownGrace bounds how long in-flight requests may finish after a signal.
 const shutdownGrace = 10 * time.Second
+
+// networks reads a list of CIDRs separated by commas or spaces.
+func networks(getenv func(string) string, name string) ([]netip.Prefix, error) {
+	var ps []netip.Prefix
+	for _, v := range strings.FieldsFunc(getenv(name), func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return nil, fmt.Errorf("config: %s must list networks such as 10.0.0.0/8 or fd00::/8, got %q", name, v)
+		}
+		ps = append(ps, p.Masked())
+	}
+	return ps, nil
+}
