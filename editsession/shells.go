@@ -28,9 +28,6 @@ const LeaseEvery = 5 * time.Second
 // taken to run its shell any more.
 const staleLease = 3 * LeaseEvery
 
-// ErrShellCap closes a shell whose project ran out of sandbox time.
-var ErrShellCap = errors.New("editsession: the project's sandbox time for this month is used up")
-
 // shell is what a session's shell records about itself, as its terminal's
 // tag: terminal.Manager is the one registry of terminals, and this is how a
 // session finds its own among them.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -33,7 +34,7 @@ func bash(script string) Starter {
 		if err := cmd.Start(); err != nil {
 			return nil, err
 		}
-		return CmdProcess(cmd), nil
+		return cmdProcess{cmd}, nil
 	}
 }
 
@@ -279,4 +280,21 @@ func randomFile(t testing.TB, n int, seed uint64) (string, []byte) {
 		t.Fatal(err)
 	}
 	return path, b
+}
+
+// cmdProcess adapts a started exec.Cmd to Process: the tests run plain
+// processes where the server runs sandboxed ones.
+type cmdProcess struct{ c *exec.Cmd }
+
+func (p cmdProcess) Pid() int { return p.c.Process.Pid }
+
+func (p cmdProcess) Wait() (Exit, error) {
+	err := p.c.Wait()
+	if p.c.ProcessState == nil {
+		return Exit{Code: -1}, err
+	}
+	if ws, ok := p.c.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return Exit{Code: -1, Signal: unix.SignalName(ws.Signal())}, nil
+	}
+	return Exit{Code: p.c.ProcessState.ExitCode()}, nil
 }

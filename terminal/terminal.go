@@ -17,9 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/creack/pty"
@@ -65,24 +63,6 @@ type Process interface {
 type Exit struct {
 	Code   int    `json:"code"`   // the exit code; -1 when a signal ended the shell
 	Signal string `json:"signal"` // e.g. "SIGKILL"; empty for a normal exit
-}
-
-// CmdProcess adapts a started exec.Cmd to Process.
-func CmdProcess(c *exec.Cmd) Process { return cmdProcess{c} }
-
-type cmdProcess struct{ c *exec.Cmd }
-
-func (p cmdProcess) Pid() int { return p.c.Process.Pid }
-
-func (p cmdProcess) Wait() (Exit, error) {
-	err := p.c.Wait()
-	if p.c.ProcessState == nil {
-		return Exit{Code: -1}, err
-	}
-	if ws, ok := p.c.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return Exit{Code: -1, Signal: unix.SignalName(ws.Signal())}, nil
-	}
-	return Exit{Code: p.c.ProcessState.ExitCode()}, nil
 }
 
 // Options describe one terminal.
