@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,14 +19,10 @@ import (
 
 	"atelier/auth"
 	"atelier/code"
-	"atelier/gitsvc"
-	"atelier/internal/dbtest"
+	"atelier/internal/stacktest"
 	"atelier/models"
 	"atelier/pgembed/pgtest"
 	"atelier/projects"
-	"atelier/storage"
-	"atelier/storage/codestore"
-	"atelier/workspace"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -44,38 +39,21 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx := context.Background()
-	base := t.TempDir()
-	db := dbtest.Store(t)
-	git, err := gitsvc.New(gitsvc.Config{Root: filepath.Join(base, "git"), Timeout: 5 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	objects, err := storage.NewLocal(filepath.Join(base, "objects"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := codestore.New(objects, git, db, slog.New(slog.DiscardHandler), 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := workspace.New(filepath.Join(base, "workspaces"), []string{base}, workspace.LocalPolicy{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := stacktest.New(t)
 	user := &models.User{Username: "owner", PasswordHash: "x"}
-	if err := db.CreateUser(ctx, user); err != nil {
+	if err := st.DB.CreateUser(ctx, user); err != nil {
 		t.Fatal(err)
 	}
 	// No session ender: this service only creates the project.
-	p, err := projects.NewService(db, ws, git, store, nil, time.Now, slog.New(slog.DiscardHandler)).Create(ctx, user, projects.CreateInput{Name: "imports"})
+	p, err := projects.NewService(st.DB, st.WS, st.Git, st.Code, nil, time.Now, st.Log).Create(ctx, user, projects.CreateInput{Name: "imports"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &env{
-		code:   code.NewService(ws, git, store, db, slog.New(slog.DiscardHandler)),
+		code:   code.NewService(st.WS, st.Git, st.Code, st.DB, st.Log),
 		acc:    &projects.Access{Project: p, User: user, Role: auth.RoleOwner},
-		gitDir: filepath.Join(base, "git", projects.CanonicalName(p.ID)+".git"),
-		base:   base,
+		gitDir: filepath.Join(st.Dir, "git", projects.CanonicalName(p.ID)+".git"),
+		base:   st.Dir,
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,13 +15,10 @@ import (
 	"atelier/auth"
 	"atelier/events"
 	"atelier/gitsvc"
-	"atelier/internal/dbtest"
+	"atelier/internal/stacktest"
 	"atelier/models"
 	"atelier/pgembed/pgtest"
 	"atelier/projects"
-	"atelier/storage"
-	"atelier/storage/codestore"
-	"atelier/workspace"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -64,25 +60,8 @@ func (f *fixture) advance(d time.Duration) {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	dir := t.TempDir()
-	log := slog.New(slog.DiscardHandler)
-	store := dbtest.Store(t)
-	git, err := gitsvc.New(gitsvc.Config{Root: filepath.Join(dir, "git"), Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	objects, err := storage.NewLocal(filepath.Join(dir, "objects"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	code, err := codestore.New(objects, git, store, log, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := workspace.New(filepath.Join(dir, "workspaces"), nil, workspace.LocalPolicy{}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := stacktest.New(t)
+	store, git, code, ws, log := st.DB, st.Git, st.Code, st.WS, st.Log
 	rec := events.New(store, log)
 	t.Cleanup(rec.Close)
 	f := &fixture{t: t, ctx: ctx, store: store, git: git, now: time.Now()}
@@ -100,7 +79,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree := filepath.Join(dir, "tree")
+	tree := filepath.Join(st.Dir, "tree")
 	for path, content := range base {
 		full := filepath.Join(tree, filepath.FromSlash(path))
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {

@@ -4,22 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"atelier/auth"
 	"atelier/editsession"
 	"atelier/events"
-	"atelier/gitsvc"
-	"atelier/internal/dbtest"
+	"atelier/internal/stacktest"
 	"atelier/models"
 	"atelier/pgembed/pgtest"
 	"atelier/projects"
-	"atelier/storage"
-	"atelier/storage/codestore"
-	"atelier/workspace"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -36,25 +30,8 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	dir := t.TempDir()
-	log := slog.New(slog.DiscardHandler)
-	store := dbtest.Store(t)
-	ws, err := workspace.New(filepath.Join(dir, "workspaces"), []string{filepath.Join(dir, "data")}, workspace.LocalPolicy{}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	git, err := gitsvc.New(gitsvc.Config{Root: filepath.Join(dir, "git"), Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	objects, err := storage.NewLocal(filepath.Join(dir, "objects"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	code, err := codestore.New(objects, git, store, log, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := stacktest.New(t)
+	store, git, code, ws, log := st.DB, st.Git, st.Code, st.WS, st.Log
 	rec := events.New(store, log)
 	t.Cleanup(rec.Close)
 	sessions := editsession.New(store, git, code, ws, rec, editsession.DefaultConfig, time.Now, log)
@@ -70,6 +47,7 @@ func newFixture(t *testing.T) *fixture {
 		}
 		f.people[name] = u
 	}
+	var err error
 	if f.project, err = f.svc.Create(ctx, f.people["owner"], projects.CreateInput{Name: "Matrix"}); err != nil {
 		t.Fatal(err)
 	}
