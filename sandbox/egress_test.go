@@ -170,9 +170,9 @@ func listenIn(t *testing.T, nsPath, addr string) *hostListener {
 	return m.h
 }
 
-// probe is a script line that connects to addr and prints name=ok or
+// connectProbe is a script line that connects to addr and prints name=ok or
 // name=no.
-func probe(name, addr string) string {
+func connectProbe(name, addr string) string {
 	host, port, _ := net.SplitHostPort(addr)
 	return fmt.Sprintf("if timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%s && read -r l <&3 && [ \"$l\" = hello ]' 2>/dev/null; then echo %s=ok; else echo %s=no; fi\n",
 		host, port, name, name)
@@ -209,7 +209,7 @@ func (n *testNet) targets() []struct {
 func (n *testNet) script() string {
 	var b strings.Builder
 	for _, tg := range n.targets() {
-		b.WriteString(probe(tg.name, tg.addr))
+		b.WriteString(connectProbe(tg.name, tg.addr))
 	}
 	return b.String()
 }
@@ -332,7 +332,7 @@ func TestEgressShellStackEndsWithIt(t *testing.T) {
 	term.slave.Close()
 	waited := make(chan error, 1)
 	go func() { waited <- p.Wait() }()
-	term.write(t, strings.ReplaceAll(probe("outside", n.outside.ln.Addr().String()), "\n", "")+"; echo done\n")
+	term.write(t, strings.ReplaceAll(connectProbe("outside", n.outside.ln.Addr().String()), "\n", "")+"; echo done\n")
 	term.expect(t, "outside=ok")
 	// While it runs, the stack holds no privilege on the host: its uid is
 	// not root (nor the session's, which could trace it), and slirp4netns

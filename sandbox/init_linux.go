@@ -40,6 +40,8 @@ const (
 	stageExec   = "exec"
 )
 
+const stageSeccomp = "seccomp" // the system call filter (seccomp_linux.go)
+
 // initCalled is set when Init returned in this process, which proves the
 // binary calls it: New refuses to work otherwise, since the helper would
 // then be a second copy of the program running as root.
@@ -172,6 +174,10 @@ func enter(ch *os.File) (string, error) {
 		if err := cloexecAll(); err != nil {
 			return stageExec, err
 		}
+	}
+	// Last, so nothing the helper itself does meets the filter.
+	if err := installSeccomp(); err != nil {
+		return stageSeccomp, err
 	}
 	err = syscall.Exec(path, is.Argv, is.Env)
 	return stageExec, fmt.Errorf("%s: %w", is.Argv[0], err)

@@ -339,7 +339,13 @@ func (s *Sandbox) launch(cmd *exec.Cmd, is *initSpec) error {
 		return fmt.Errorf("sandbox: start init helper: %w", err)
 	}
 	ours.SetDeadline(time.Now().Add(startWait))
-	err = json.NewEncoder(ours).Encode(is)
+	// Without the newline json.Encoder adds: the helper's decoder stops at
+	// the closing brace, and a byte left unread when it execs makes the
+	// close a reset (ECONNRESET here) instead of the end of the stream.
+	spec, err := json.Marshal(is)
+	if err == nil {
+		_, err = ours.Write(spec)
+	}
 	var reply []byte
 	if err == nil {
 		reply, err = io.ReadAll(ours)
