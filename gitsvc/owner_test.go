@@ -8,113 +8,17 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"atelier/internal/hostilegit"
 )
 
-// nobody is the host account that owns the hostile folders: an
-// unprivileged uid that every Linux has.
-const nobody = 65534
+// nobody is the host account that owns the hostile folders.
+const nobody = hostilegit.Owner
 
-// hostileRepo makes a Local git folder owned by nobody whose own config
-// names a program at every place git looks for one: clean/smudge filters
-// for every file, a diff textconv and external diff, core.fsmonitor,
-// hooks, a pager, an ssh command, a credential helper and an askpass. Each
-// appends "<what> <uid> <groups>" to the log it returns, with the commit
-// HEAD is at. The folder's
-// parents are opened up so that nobody can reach it.
+// hostileRepo is hostilegit.Repo in a folder of this test, by its real path.
 func hostileRepo(t *testing.T) (folder, log, head string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the folder is given to another account")
-	}
-	base := realDir(t)
-	for _, d := range []string{filepath.Dir(base), base} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	marks := filepath.Join(base, "marks")
-	if err := os.Mkdir(marks, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(marks, 0o777) // past the umask: every account may leave a mark
-	log = filepath.Join(marks, "log")
-	mark := filepath.Join(base, "mark")
-	if err := os.WriteFile(mark, []byte(`#!/bin/sh
-echo "$1 $(id -u) $(id -G)" >> `+log+`
-shift
-if [ $# -gt 0 ] && [ -f "$1" ]; then exec cat "$1"; fi
-exec cat
-`), 0o755); err != nil {
-		t.Fatal(err)
-	}
-
-	folder = filepath.Join(base, "work")
-	tgit(t, base, "init", "-q", "-b", "main", folder)
-	writeFile(t, filepath.Join(folder, ".gitattributes"), "* filter=evil diff=evil\n")
-	writeFile(t, filepath.Join(folder, "a.txt"), "hello\n")
-	tgit(t, folder, "add", ".")
-	tgit(t, folder, "commit", "-q", "-m", "first")
-	for _, kv := range [][2]string{
-		{"filter.evil.clean", mark + " clean"},
-		{"filter.evil.smudge", mark + " smudge"},
-		{"filter.evil.process", mark + " process"},
-		{"diff.evil.textconv", mark + " textconv"},
-		{"diff.external", mark + " external-diff"},
-		{"core.fsmonitor", mark + " fsmonitor"},
-		{"core.pager", mark + " pager"},
-		{"core.sshCommand", mark + " ssh"},
-		{"core.askPass", mark + " askpass"},
-		{"credential.helper", "!" + mark + " credential"},
-		{"core.alternateRefsCommand", mark + " alternate-refs"},
-		{"remote.origin.url", "https://example.com/work.git"},
-	} {
-		tgit(t, folder, "config", kv[0], kv[1])
-	}
-	for _, hook := range []string{"reference-transaction", "post-index-change", "pre-auto-gc", "post-checkout", "pre-commit"} {
-		if err := os.WriteFile(filepath.Join(folder, ".git", "hooks", hook), []byte("#!/bin/sh\n"+mark+" hook-"+hook+" </dev/null >/dev/null\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	head = tgit(t, folder, "rev-parse", "HEAD")
-	chownTree(t, folder, nobody, nobody)
-	return folder, log, head
-}
-
-func chownTree(t *testing.T, dir string, uid, gid int) {
-	t.Helper()
-	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, uid, gid)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// marks returns the lines of the marker log: the programs that ran.
-func marks(t *testing.T, log string) []string {
-	t.Helper()
-	b, err := os.ReadFile(log)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Split(strings.TrimSpace(string(b)), "\n")
-}
-
-// rootMarks are the programs of the folder's config that ran as root.
-func rootMarks(t *testing.T, log string) []string {
-	var bad []string
-	for _, m := range marks(t, log) {
-		if f := strings.Fields(m); len(f) < 2 || f[1] != "65534" {
-			bad = append(bad, m)
-		}
-	}
-	return bad
+	return hostilegit.Repo(t, realDir(t), map[string]string{"a.txt": "hello\n"})
 }
 
 // Git in a folder that belongs to someone else runs as its owner: the
@@ -160,7 +64,7 @@ func TestLocalRepoRunsAsOwner(t *testing.T) {
 	if _, err := s.run(ctx, newCommand("hash-object", "a.txt"), runOpts{repo: r, workTree: r.WorkTree}); err != nil {
 		t.Fatal(err)
 	}
-	got := marks(t, log)
+	got := hostilegit.Marks(t, log)
 	if len(got) == 0 {
 		t.Fatal("hash-object ran no filter: the test proves nothing")
 	}
@@ -194,7 +98,7 @@ func TestLocalRepoRunsAsOwner(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(out, "a.txt")); err != nil || string(b) != "hello\n" {
 		t.Fatalf("exported a.txt = %q %v", b, err)
 	}
-	if bad := rootMarks(t, log); len(bad) > 0 {
+	if bad := hostilegit.NotAsOwner(t, log); len(bad) > 0 {
 		t.Fatalf("programs of the folder's config ran as root: %q", bad)
 	}
 }
@@ -261,7 +165,7 @@ func TestLocalOwnershipMismatchIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	foreignTop, _, _ := hostileRepo(t)
-	chownTree(t, filepath.Join(foreignTop, ".git"), 0, 0)
+	hostilegit.Chown(t, filepath.Join(foreignTop, ".git"), 0)
 	for name, folder := range map[string]string{"root's folder, another's .git": foreignGitDir, "another's folder, root's .git": foreignTop} {
 		if r, err := s.OpenLocal(ctx, folder); err == nil || !strings.Contains(err.Error(), "dubious ownership") {
 			t.Errorf("%s: OpenLocal = %+v %v, want git's refusal", name, r, err)
@@ -283,12 +187,12 @@ func TestLocalGitDirOfAnotherAccountIsRefused(t *testing.T) {
 	private := filepath.Join(base, "private-gitdir")
 	writeFile(t, filepath.Join(private, "HEAD"), "ref: refs/heads/main\n")
 	writeFile(t, filepath.Join(private, "commondir"), shared+"\n")
-	chownTree(t, private, nobody, nobody)
+	hostilegit.Chown(t, private, nobody)
 	if err := os.RemoveAll(filepath.Join(folder, ".git")); err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(folder, ".git"), "gitdir: "+private+"\n")
-	chownTree(t, folder, nobody, nobody)
+	hostilegit.Chown(t, folder, nobody)
 
 	r, err := s.OpenLocal(ctx, folder)
 	if err != nil {
