@@ -18,14 +18,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cgroupGroup is the group the sandbox makes at the top of each hierarchy
-// it uses; every uid gets a group u<uid> inside it.
-const cgroupGroup = "atelier-sandbox"
+// DefaultCgroupParent is the group the sandbox makes at the top of each
+// hierarchy it uses; every uid gets a group u<uid> inside it.
+const DefaultCgroupParent = "atelier-sandbox"
 
 // cgroups are the memory and pids groups of sessions. With cgroup v1 the
 // two controllers live in two hierarchies; with v2 they share one.
 type cgroups struct {
 	v2       bool
+	group    string   // the parent's name, DefaultCgroupParent unless configured
 	parents  []string // atelier-sandbox in each hierarchy used
 	maxProcs int
 	maxMem   int64
@@ -42,7 +43,7 @@ type cgroupMount struct {
 
 // findCgroups returns usable cgroups under root ("" = anywhere), or why
 // there are none.
-func findCgroups(root string, maxProcs int, maxMem int64) (*cgroups, error) {
+func findCgroups(root, group string, maxProcs int, maxMem int64) (*cgroups, error) {
 	mounts, err := cgroupMounts()
 	if err != nil {
 		return nil, err
@@ -64,7 +65,7 @@ func findCgroups(root string, maxProcs int, maxMem int64) (*cgroups, error) {
 			v2 = m.point
 		}
 	}
-	cg := &cgroups{maxProcs: maxProcs, maxMem: maxMem}
+	cg := &cgroups{group: group, maxProcs: maxProcs, maxMem: maxMem}
 	var errs []error
 	if memV1 != "" && pidsV1 != "" {
 		err := cg.setUpV1(memV1, pidsV1)
@@ -110,7 +111,7 @@ func cgroupMounts() ([]cgroupMount, error) {
 
 func (c *cgroups) setUpV1(mem, pids string) error {
 	for _, h := range []string{mem, pids} {
-		dir := filepath.Join(h, cgroupGroup)
+		dir := filepath.Join(h, c.group)
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("cgroup v1: %w", err)
 		}
@@ -133,7 +134,7 @@ func (c *cgroups) setUpV2(h string) error {
 	if err := writeCgroup(filepath.Join(h, "cgroup.subtree_control"), "+memory +pids"); err != nil {
 		return fmt.Errorf("cgroup v2: %w", err)
 	}
-	dir := filepath.Join(h, cgroupGroup)
+	dir := filepath.Join(h, c.group)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("cgroup v2: %w", err)
 	}
@@ -216,7 +217,7 @@ func (c *cgroups) killAll(uid uint32) {
 // how many were alive.
 func (c *cgroups) killMembers(uid uint32) int {
 	live := 0
-	suffix := "/" + cgroupGroup + "/" + uidGroup(uid)
+	suffix := "/" + c.group + "/" + uidGroup(uid)
 	for _, dir := range c.dirs(uid) {
 		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		if err != nil {
