@@ -25,6 +25,9 @@ import (
 // ErrNoSandbox is a session opened before sessions had a uid of their own.
 var ErrNoSandbox = fault.New(fault.Conflict, "no_sandbox", "editsession: this session has no sandbox user; discard it and open a new one", "This session has no sandbox user; discard it and open a new one.")
 
+// DefaultDiskBytes is the usual bound of a session's disk.
+const DefaultDiskBytes = 2 << 30
+
 // Sandboxes is what a session's runtime needs: the sandbox itself, its
 // meter, where Local projects' checkouts go and the block of uids.
 type Sandboxes struct {
