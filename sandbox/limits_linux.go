@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 )
@@ -17,8 +18,9 @@ import (
 // their own limits still leave the host its memory and processes.
 
 // limitTotals sets the limits of all sandboxes together on the parent
-// group: Config.MaxMemoryTotal (half the host's memory by default) and
-// half the tasks the host can have. A limit that cannot be set is logged:
+// group: Config.MaxMemoryTotal (half the host's memory by default), half
+// the tasks the host can have and, when the cpu controller is in use, the
+// host's cores but half of one (cpuTotal). A limit that cannot be set is logged:
 // the sessions' own limits still hold.
 func (s *Sandbox) limitTotals() {
 	mem := s.cfg.MaxMemoryTotal
@@ -35,7 +37,7 @@ func (s *Sandbox) limitTotals() {
 		s.log.Warn("sandbox: the limits of all sandboxes together are not set", "err", err)
 		return
 	}
-	s.log.Info("sandbox: limits of all sandboxes together", "memory", mem, "tasks", tasks)
+	s.log.Info("sandbox: limits of all sandboxes together", "memory", mem, "tasks", tasks, "cpu", s.cg.cpu)
 }
 
 // limitTotal writes the parent group's limits.
@@ -59,7 +61,30 @@ func (c *cgroups) limitTotal(mem int64, tasks int) error {
 	if err := writeCgroup(filepath.Join(pidsDir, "pids.max"), t); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox: cgroup pids.max: %w", err))
 	}
+	if c.cpu {
+		quota := strconv.Itoa(cpuTotal(runtime.NumCPU()))
+		var err error
+		if c.v2 {
+			err = writeCgroup(filepath.Join(c.parents[0], "cpu.max"), quota+" "+strconv.Itoa(cpuPeriod))
+		} else if err = writeCgroup(filepath.Join(c.parents[2], "cpu.cfs_period_us"), strconv.Itoa(cpuPeriod)); err == nil {
+			err = writeCgroup(filepath.Join(c.parents[2], "cpu.cfs_quota_us"), quota)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sandbox: cgroup cpu quota: %w", err))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// cpuPeriod is the period of the CPU quota, in microseconds (the kernel's
+// default).
+const cpuPeriod = 100_000
+
+// cpuTotal is the CPU time all sandboxes together get per cpuPeriod: every
+// core but half of one, which stays for the server and the host, and at
+// least one core.
+func cpuTotal(cores int) int {
+	return max(cpuPeriod, cores*cpuPeriod-cpuPeriod/2)
 }
 
 // hostMemory is the host's memory in bytes, from /proc/meminfo.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,8 +16,9 @@ import (
 )
 
 // The parent group holds every session's group; its memory limit bounds
-// all sessions together, even when each is under its own limit.
-func TestLimitTotalMemory(t *testing.T) {
+// all sessions together, even when each is under its own limit, and its
+// CPU quota leaves the host half a core.
+func TestLimitTotals(t *testing.T) {
 	const total = 128 << 20
 	parent := fmt.Sprintf("atelier-sandbox-test-%d", os.Getpid())
 	sb := newSandbox(t, func(c *sandbox.Config) {
@@ -26,13 +28,14 @@ func TestLimitTotalMemory(t *testing.T) {
 		t.Skipf("needs cgroup v1 memory and pids hierarchies, as on this project's hosts; mode %q", sb.CgroupMode())
 	}
 	t.Cleanup(func() {
-		for _, ctrl := range []string{"memory", "pids"} {
+		for _, ctrl := range []string{"memory", "pids", "cpu"} {
 			unix.Rmdir("/sys/fs/cgroup/" + ctrl + "/" + parent)
 		}
 	})
 	for file, want := range map[string]string{
 		"/sys/fs/cgroup/memory/" + parent + "/memory.limit_in_bytes": strconv.Itoa(total),
 		"/sys/fs/cgroup/pids/" + parent + "/pids.max":                "",
+		"/sys/fs/cgroup/cpu/" + parent + "/cpu.cfs_quota_us":         strconv.Itoa(max(100_000, runtime.NumCPU()*100_000-50_000)),
 	} {
 		b, err := os.ReadFile(file)
 		if err != nil {
@@ -44,6 +47,10 @@ func TestLimitTotalMemory(t *testing.T) {
 		}
 	}
 	s := newSession(t, sb)
+	group := parent + "/u" + strconv.FormatUint(uint64(s.uid), 10) + "\n"
+	if out := s.mustRun(t, `cat /proc/self/cgroup`); !strings.Contains(out, ":cpu:/"+group) || !strings.Contains(out, ":memory:/"+group) {
+		t.Errorf("the command is not in the cpu and memory groups of its uid:\n%s", out)
+	}
 	s.mustRun(t, `python3 -c 'b = b"x" * (32 << 20)'`)
 	// 512 MiB is within the session's own 1 GiB, beyond the total.
 	res, err := s.run(t, `python3 -c 'b = b"x" * (512 << 20); print("allocated")'`)
