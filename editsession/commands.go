@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"atelier/fault"
 	"atelier/meter"
 	"atelier/models"
 	"atelier/sandbox"
@@ -20,7 +21,15 @@ const (
 	// maxNotes bounds the notes of one command; a build that writes
 	// thousands of files gets a count instead of thousands of lines.
 	maxNotes = 50
+	// busyRetry is when a command refused for a full instance should be
+	// tried again: about the time a short command takes.
+	busyRetry = 5 * time.Second
 )
+
+// ErrSandboxBusy: the instance runs as many commands as it may at once.
+var ErrSandboxBusy = fault.WithRetryAfter(fault.New(fault.Limit, "sandbox_busy",
+	"editsession: the server runs as many commands as it may at once",
+	"The server runs as many commands as it may at once; try again in a few seconds."), busyRetry)
 
 // CommandResult is what a command did, as the person sees it.
 type CommandResult struct {
@@ -47,6 +56,14 @@ func (r *Runtime) RunCommand(ctx context.Context, sess *Session, command, folder
 	if err != nil {
 		return nil, err
 	}
+	// The slot is taken before the session's lock, so that commands
+	// queued behind their session's earlier one count too: a flood from
+	// one session is refused instead of piling up.
+	release, err := r.takeSlot()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	unlock := r.checkouts.lock(sess.ID)
 	defer unlock()
 
@@ -69,6 +86,21 @@ func (r *Runtime) RunCommand(ctx context.Context, sess *Session, command, folder
 		return nil, err
 	}
 	return out, nil
+}
+
+// takeSlot takes one of the instance's slots for commands, or answers
+// ErrSandboxBusy when none is free: a command is never queued behind other
+// sessions' commands.
+func (r *Runtime) takeSlot() (release func(), err error) {
+	if r.running == nil {
+		return func() {}, nil
+	}
+	select {
+	case r.running <- struct{}{}:
+		return func() { <-r.running }, nil
+	default:
+		return nil, ErrSandboxBusy
+	}
 }
 
 func (r *Runtime) runInCheckout(ctx context.Context, sess *Session, uid uint32, command, folder string) (*CommandResult, error) {

@@ -3,6 +3,8 @@ package editsession
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -23,6 +25,9 @@ import (
 // ErrNoSandbox is a session opened before sessions had a uid of their own.
 var ErrNoSandbox = fault.New(fault.Conflict, "no_sandbox", "editsession: this session has no sandbox user; discard it and open a new one", "This session has no sandbox user; discard it and open a new one.")
 
+// DefaultDiskBytes is the usual bound of a session's disk.
+const DefaultDiskBytes = 2 << 30
+
 // Sandboxes is what a session's runtime needs: the sandbox itself, its
 // meter, where Local projects' checkouts go and the block of uids.
 type Sandboxes struct {
@@ -32,6 +37,14 @@ type Sandboxes struct {
 	UIDBase   uint32
 	UIDCount  uint32 // sessions' uids are UIDBase + [0, UIDCount)
 	Instance  string // this server process, for the meter's reservations
+	// MaxRunning bounds the commands this instance runs (or holds waiting
+	// for their session's earlier command) at once; 0 means no bound.
+	MaxRunning int
+	// DiskBytes bounds each session's disk: its checkout, tmp and home
+	// live on a file system image of this size (sandbox.MountDisk), kept in
+	// DiskArea. 0 leaves them on the host's file system, unbounded.
+	DiskBytes int64
+	DiskArea  string
 }
 
 // Runtime is what runs for sessions on this host: each session's checkout,
@@ -46,12 +59,17 @@ type Runtime struct {
 	now       func() time.Time
 	log       *slog.Logger
 	checkouts *checkouts
+	running   chan struct{} // a slot per running command; nil: no bound
 }
 
 // NewRuntime returns the runtime of sessions on this host.
 func NewRuntime(db *models.Store, git *gitsvc.Service, code *codestore.Store, ws *workspace.Workspaces,
 	sb Sandboxes, terms *terminal.Manager, now func() time.Time, log *slog.Logger) *Runtime {
-	return &Runtime{db: db, git: git, code: code, ws: ws, sb: sb, terms: terms, now: now, log: log, checkouts: newCheckouts()}
+	r := &Runtime{db: db, git: git, code: code, ws: ws, sb: sb, terms: terms, now: now, log: log, checkouts: newCheckouts()}
+	if sb.MaxRunning > 0 {
+		r.running = make(chan struct{}, sb.MaxRunning)
+	}
+	return r
 }
 
 // uid is the session's sandbox user, the one place it is derived.
@@ -63,21 +81,62 @@ func (r *Runtime) uid(cs *models.CodeSession) (uint32, error) {
 }
 
 // paths are the session's checkout and home folders on this host, the one
-// place they are derived: in the project's execution area, under its root
-// for a Container project and under the data dir for a Local one (whose
-// folder is the person's own).
+// place they are derived: in the session's folder (sessionFolder), which
+// holds everything of the session and is the mount point of its disk.
 func (r *Runtime) paths(p *models.Project, sessionID string) (dir, home string, err error) {
+	top, err := r.sessionFolder(p, sessionID)
+	if err != nil {
+		return "", "", err
+	}
+	return filepath.Join(top, "checkout"), filepath.Join(top, "home"), nil
+}
+
+// sessionFolder is the folder of the session's own folders, in the
+// project's execution area: under its root for a Container project and
+// under the data dir for a Local one (whose folder is the person's own).
+func (r *Runtime) sessionFolder(p *models.Project, sessionID string) (string, error) {
 	var area string
+	var err error
 	if p.WorkspaceMode == models.ModeLocal {
 		area = filepath.Join(r.sb.LocalArea, p.WorkspaceDirName)
 		if err := os.MkdirAll(area, 0o711); err != nil {
-			return "", "", err
+			return "", err
 		}
 	} else if area, err = r.ws.ScopeRoot(projects.Location(p)); err != nil {
-		return "", "", err
+		return "", err
 	}
-	hex := strings.TrimPrefix(sessionID, "edit_")
-	return filepath.Join(area, "edit-"+hex), filepath.Join(area, "home-"+hex), nil
+	return filepath.Join(area, "session-"+strings.TrimPrefix(sessionID, "edit_")), nil
+}
+
+// diskImage is the file holding the session's disk.
+func (r *Runtime) diskImage(sessionID string) string {
+	return filepath.Join(r.sb.DiskArea, strings.TrimPrefix(sessionID, "edit_")+".img")
+}
+
+// openSessionFolder makes the session's folder, root's and passable by
+// the session's user, on a disk of its own when disks are bounded.
+func (r *Runtime) openSessionFolder(top, sessionID string) error {
+	if r.sb.DiskBytes <= 0 {
+		if err := os.Mkdir(top, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("editsession: session folder: %w", err)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(r.sb.DiskArea, 0o700); err != nil {
+		return fmt.Errorf("editsession: session disk: %w", err)
+	}
+	return sandbox.MountDisk(r.diskImage(sessionID), top, r.sb.DiskBytes)
+}
+
+// removeSessionFolder removes the session's folder and its disk. Nothing
+// of the session may run.
+func (r *Runtime) removeSessionFolder(top, sessionID string) error {
+	if r.sb.DiskBytes > 0 {
+		if err := sandbox.UnmountDisk(r.diskImage(sessionID), top); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(top)
 }
 
 // checkoutFor returns the session's checkout, built from the fork and the
@@ -97,6 +156,9 @@ func (r *Runtime) checkoutFor(ctx context.Context, sess *Session, uid uint32) (*
 		}
 	}
 	co = &checkout{dir: dir, home: home, uid: uid, gid: uid}
+	if err := r.openSessionFolder(filepath.Dir(dir), sess.ID); err != nil {
+		return nil, err
+	}
 	if err := sandbox.PrepareDir(co.home, uid, uid); err != nil {
 		return nil, err
 	}
@@ -186,7 +248,8 @@ func (r *Runtime) DropIdleCheckouts(ctx context.Context) {
 }
 
 // EndSession ends the session's sandbox when the session ends: every
-// process of its user, then its checkout and home. Sessions call it.
+// process of its user, then its folder with its checkout and home, and its
+// disk. Sessions call it.
 func (r *Runtime) EndSession(ctx context.Context, cs *models.CodeSession) error {
 	uid, err := r.uid(cs)
 	if errors.Is(err, ErrNoSandbox) {
@@ -201,23 +264,20 @@ func (r *Runtime) EndSession(ctx context.Context, cs *models.CodeSession) error 
 	if err != nil {
 		return err
 	}
-	dir, home, err := r.paths(p, cs.ID)
+	top, err := r.sessionFolder(p, cs.ID)
 	if err != nil {
 		return err
 	}
 	r.checkouts.mu.Lock()
 	delete(r.checkouts.live, cs.ID)
 	r.checkouts.mu.Unlock()
-	for _, d := range []string{dir, home} {
-		if err := os.RemoveAll(d); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.removeSessionFolder(top, cs.ID)
 }
 
 // KillLeftovers kills whatever processes the users of unfinished sessions
-// still have, such as a command that outlived a crashed server.
+// still have, such as a command that outlived a crashed server, then
+// unmounts and removes the session disks a previous run left: the next
+// command of a session builds its checkout on a fresh one.
 func (r *Runtime) KillLeftovers(ctx context.Context) error {
 	css, err := r.db.UnfinishedSessions(ctx)
 	if err != nil {
@@ -228,6 +288,9 @@ func (r *Runtime) KillLeftovers(ctx context.Context) error {
 		if uid, err := r.uid(&css[i]); err == nil {
 			errs = append(errs, r.sb.Box.KillAll(ctx, uid))
 		}
+	}
+	if r.sb.DiskArea != "" {
+		errs = append(errs, sandbox.CleanDisks(r.sb.DiskArea))
 	}
 	return errors.Join(errs...)
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Kind is what sort of failure an error is. Each kind is answered with
@@ -38,6 +39,9 @@ type Fault struct {
 	Reason  string // machine-readable, stable: clients switch on it
 	Message string // one or more sentences, ending in a full stop
 	Hint    string // how to fix it, or ""
+	// RetryAfter is how long to wait before trying again, for failures
+	// that pass (a Limit that frees up); 0 says nothing.
+	RetryAfter time.Duration
 }
 
 // Error is an error that knows how a person should see it. Domain errors,
@@ -100,6 +104,19 @@ func Detailf(base error, format string, args ...any) error {
 	f := fe.Fault()
 	f.Message = strings.TrimSuffix(f.Message, ".") +
 		fmt.Sprintf(strings.ReplaceAll(format, "%w", "%v"), shown...) + "."
+	return &detailed{err: err, fault: f}
+}
+
+// WithRetryAfter is err telling the person to try again after the given
+// time. errors.Is still finds err in it. An err that describes no fault is
+// returned as it is.
+func WithRetryAfter(err error, after time.Duration) error {
+	var fe Error
+	if !errors.As(err, &fe) {
+		return err
+	}
+	f := fe.Fault()
+	f.RetryAfter = after
 	return &detailed{err: err, fault: f}
 }
 

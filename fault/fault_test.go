@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"testing"
+	"time"
 
 	"atelier/fault"
 )
@@ -81,5 +82,21 @@ func TestPlainErrorHasNoFault(t *testing.T) {
 	var fe fault.Error
 	if errors.As(fmt.Errorf("svc: %w", errors.New("db down")), &fe) {
 		t.Fatal("a plain error describes a fault")
+	}
+}
+
+// A fault that passes says when to try again, and stays the error it was.
+func TestWithRetryAfter(t *testing.T) {
+	busy := fault.WithRetryAfter(fault.New(fault.Limit, "busy", "things: busy", "Busy."), 5*time.Second)
+	err := fmt.Errorf("svc: %w", busy)
+	if !errors.Is(err, busy) {
+		t.Fatal("errors.Is does not find the error through WithRetryAfter")
+	}
+	want := fault.Fault{Kind: fault.Limit, Reason: "busy", Message: "Busy.", RetryAfter: 5 * time.Second}
+	if got := faultOf(t, err); got != want {
+		t.Fatalf("got %#v, want %#v", got, want)
+	}
+	if plain := errors.New("plain"); fault.WithRetryAfter(plain, time.Second) != plain {
+		t.Error("an error without a fault gained one")
 	}
 }

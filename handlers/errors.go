@@ -3,7 +3,9 @@ package handlers
 import (
 	"errors"
 	"io/fs"
+	"math"
 	"net/http"
+	"strconv"
 	"syscall"
 
 	"github.com/gin-gonic/gin"
@@ -12,6 +14,16 @@ import (
 	"atelier/fault"
 	"atelier/views"
 )
+
+// retryAfterOf is the Retry-After of err's fault in whole seconds, rounded
+// up, or "" when it says nothing.
+func retryAfterOf(err error) string {
+	var fe fault.Error
+	if !errors.As(err, &fe) || fe.Fault().RetryAfter <= 0 {
+		return ""
+	}
+	return strconv.Itoa(int(math.Ceil(fe.Fault().RetryAfter.Seconds())))
+}
 
 // statusOf answers each kind of error with one HTTP status.
 var statusOf = map[fault.Kind]int{
@@ -70,13 +82,16 @@ type errorView struct{ *views.Problem }
 func (v errorView) JSON() any { return v.Problem }
 
 // RenderError answers err: JSON {"error", "reason"[, "hint"]} for JSON
-// clients, a sign-in redirect for browsers that are not signed in, else the
+// clients (with Retry-After when the error says when to try again), a sign-in redirect for browsers that are not signed in, else the
 // error page (its fragment for htmx, which swaps error responses). Errors
 // answered with a 5xx are logged with the request.
 func (a Adapter) RenderError(c *gin.Context, err error) {
 	p := ProblemOf(err)
 	if p.Status >= 500 {
 		a.Log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "err", err)
+	}
+	if after := retryAfterOf(err); after != "" {
+		c.Header("Retry-After", after)
 	}
 	if p.Status == http.StatusUnauthorized && errors.Is(err, auth.ErrSignInRequired) &&
 		!views.WantsJSON(c.Request) && c.Request.Method == http.MethodGet {

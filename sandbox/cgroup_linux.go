@@ -18,15 +18,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cgroupGroup is the group the sandbox makes at the top of each hierarchy
-// it uses; every uid gets a group u<uid> inside it.
-const cgroupGroup = "atelier-sandbox"
+// DefaultCgroupParent is the group the sandbox makes at the top of each
+// hierarchy it uses; every uid gets a group u<uid> inside it.
+const DefaultCgroupParent = "atelier-sandbox"
 
 // cgroups are the memory and pids groups of sessions. With cgroup v1 the
 // two controllers live in two hierarchies; with v2 they share one.
 type cgroups struct {
 	v2       bool
-	parents  []string // atelier-sandbox in each hierarchy used
+	group    string   // the parent's name, DefaultCgroupParent unless configured
+	parents  []string // atelier-sandbox in each hierarchy used: v1 memory, pids[, cpu]
+	cpu      bool     // the cpu controller is in use (limits_linux.go)
 	maxProcs int
 	maxMem   int64
 
@@ -42,12 +44,12 @@ type cgroupMount struct {
 
 // findCgroups returns usable cgroups under root ("" = anywhere), or why
 // there are none.
-func findCgroups(root string, maxProcs int, maxMem int64) (*cgroups, error) {
+func findCgroups(root, group string, maxProcs int, maxMem int64) (*cgroups, error) {
 	mounts, err := cgroupMounts()
 	if err != nil {
 		return nil, err
 	}
-	var memV1, pidsV1, v2 string
+	var memV1, pidsV1, cpuV1, v2 string
 	for _, m := range mounts {
 		if root != "" && m.point != root && !strings.HasPrefix(m.point, strings.TrimSuffix(root, "/")+"/") {
 			continue
@@ -60,14 +62,17 @@ func findCgroups(root string, maxProcs int, maxMem int64) (*cgroups, error) {
 		if m.fstype == "cgroup" && slices.Contains(m.opts, "pids") && pidsV1 == "" {
 			pidsV1 = m.point
 		}
+		if m.fstype == "cgroup" && slices.Contains(m.opts, "cpu") && cpuV1 == "" {
+			cpuV1 = m.point
+		}
 		if m.fstype == "cgroup2" && v2 == "" {
 			v2 = m.point
 		}
 	}
-	cg := &cgroups{maxProcs: maxProcs, maxMem: maxMem}
+	cg := &cgroups{group: group, maxProcs: maxProcs, maxMem: maxMem}
 	var errs []error
 	if memV1 != "" && pidsV1 != "" {
-		err := cg.setUpV1(memV1, pidsV1)
+		err := cg.setUpV1(memV1, pidsV1, cpuV1)
 		if err == nil {
 			return cg, nil
 		}
@@ -108,13 +113,22 @@ func cgroupMounts() ([]cgroupMount, error) {
 	return out, sc.Err()
 }
 
-func (c *cgroups) setUpV1(mem, pids string) error {
+func (c *cgroups) setUpV1(mem, pids, cpu string) error {
 	for _, h := range []string{mem, pids} {
-		dir := filepath.Join(h, cgroupGroup)
+		dir := filepath.Join(h, c.group)
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("cgroup v1: %w", err)
 		}
 		c.parents = append(c.parents, dir)
+	}
+	// The cpu controller is a bonus: without it, commands run with the
+	// memory and pids limits only.
+	if cpu != "" && cpu != mem && cpu != pids {
+		dir := filepath.Join(cpu, c.group)
+		if err := os.Mkdir(dir, 0o755); err == nil || errors.Is(err, fs.ErrExist) {
+			c.parents = append(c.parents, dir)
+			c.cpu = true
+		}
 	}
 	return nil
 }
@@ -133,13 +147,16 @@ func (c *cgroups) setUpV2(h string) error {
 	if err := writeCgroup(filepath.Join(h, "cgroup.subtree_control"), "+memory +pids"); err != nil {
 		return fmt.Errorf("cgroup v2: %w", err)
 	}
-	dir := filepath.Join(h, cgroupGroup)
+	dir := filepath.Join(h, c.group)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("cgroup v2: %w", err)
 	}
 	if err := writeCgroup(filepath.Join(dir, "cgroup.subtree_control"), "+memory +pids"); err != nil {
 		return fmt.Errorf("cgroup v2: %w", err)
 	}
+	// The cpu controller is a bonus, as in v1.
+	c.cpu = writeCgroup(filepath.Join(h, "cgroup.subtree_control"), "+cpu") == nil &&
+		writeCgroup(filepath.Join(dir, "cgroup.subtree_control"), "+cpu") == nil
 	c.v2 = true
 	c.parents = []string{dir}
 	return nil
@@ -154,7 +171,8 @@ func (c *cgroups) mode() string {
 
 func uidGroup(uid uint32) string { return "u" + strconv.FormatUint(uint64(uid), 10) }
 
-// dirs are uid's groups: in v1 the memory one, then the pids one.
+// dirs are uid's groups: in v1 the memory one, then the pids one, then
+// the cpu one when in use.
 func (c *cgroups) dirs(uid uint32) []string {
 	out := make([]string, len(c.parents))
 	for i, p := range c.parents {
@@ -185,7 +203,7 @@ func (c *cgroups) ensure(uid uint32) ([]string, error) {
 			limits = [][2]string{{"memory.max", mem}, {"pids.max", pids}}
 		case i == 0:
 			limits = [][2]string{{"memory.limit_in_bytes", mem}}
-		default:
+		case i == 1:
 			limits = [][2]string{{"pids.max", pids}}
 		}
 		for _, l := range limits {
@@ -216,7 +234,7 @@ func (c *cgroups) killAll(uid uint32) {
 // how many were alive.
 func (c *cgroups) killMembers(uid uint32) int {
 	live := 0
-	suffix := "/" + cgroupGroup + "/" + uidGroup(uid)
+	suffix := "/" + c.group + "/" + uidGroup(uid)
 	for _, dir := range c.dirs(uid) {
 		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		if err != nil {

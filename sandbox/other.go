@@ -37,3 +37,6 @@ func PrepareDir(string, uint32, uint32) error            { return errUnsupported
 func RunPlain(context.Context, []string, string, []string, Limits) (*Result, error) {
 	return nil, &RunError{Kind: Start, Partial: Result{ExitCode: -1}, Err: errUnsupported}
 }
+func MountDisk(string, string, int64) error { return errUnsupported }
+func UnmountDisk(string, string) error      { return errUnsupported }
+func CleanDisks(string) error               { return nil }

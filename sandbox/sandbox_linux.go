@@ -64,6 +64,9 @@ func New(cfg Config) (*Sandbox, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = DefaultCgroupParent
+	}
 	if err := checkRange(cfg.UIDBase, cfg.UIDCount); err != nil {
 		return nil, err
 	}
@@ -73,11 +76,12 @@ func New(cfg Config) (*Sandbox, error) {
 	case "-":
 		s.log.Info("sandbox: cgroups off by configuration; rlimits only")
 	default:
-		cg, err := findCgroups(cfg.CgroupRoot, cfg.MaxProcs, cfg.MaxMemory)
+		cg, err := findCgroups(cfg.CgroupRoot, cfg.CgroupParent, cfg.MaxProcs, cfg.MaxMemory)
 		switch {
 		case err == nil:
 			s.cg = cg
 			s.log.Info("sandbox: cgroups in use", "mode", cg.mode(), "groups", cg.parents)
+			s.limitTotals() // limits_linux.go
 		case cfg.CgroupRoot != "":
 			return nil, fmt.Errorf("%w: cgroups under %s: %w", ErrBadConfig, cfg.CgroupRoot, err)
 		default:

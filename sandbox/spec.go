@@ -52,7 +52,15 @@ type Config struct {
 	// memory and pids hierarchies (v1) or of the unified one (v2), made
 	// before its command starts and removed by KillAll.
 	CgroupRoot string
-	Log        *slog.Logger
+	// CgroupParent names the group holding every uid's group, in each
+	// hierarchy; "" is atelier-sandbox. Its limits bound all sandboxes
+	// together (limits_linux.go).
+	CgroupParent string
+	// MaxMemoryTotal bounds the memory of all sandboxes together, in
+	// bytes, on the parent group (ATELIER_SANDBOX_MEMORY_TOTAL); 0 is half
+	// the host's memory. Without cgroups it does nothing.
+	MaxMemoryTotal int64
+	Log            *slog.Logger
 	// AllowNetworks are networks that Network Allow may reach although
 	// they are private, link-local or the host's own
 	// (ATELIER_SANDBOX_ALLOW_CIDRS). Loopback stays out of reach.
@@ -68,6 +76,9 @@ const (
 	DefaultUIDCount  = 1_000_000
 	DefaultMaxProcs  = 256
 	DefaultMaxMemory = 2 << 30
+	// MinDiskBytes is the smallest session disk (MountDisk): ext4's own
+	// metadata must fit.
+	MinDiskBytes = 16 << 20
 )
 
 // Errors of the sandbox beyond RunError's kinds.
@@ -90,4 +101,6 @@ var (
 	ErrNotRoot       = errors.New("sandbox: the server must run as root to sandbox commands")
 	ErrProcessesLeft = errors.New("sandbox: processes survived the kill")
 	ErrSymlink       = errors.New("sandbox: a symbolic link is in the way")
+	// ErrDisk: a session's disk could not be made, mounted or removed.
+	ErrDisk = errors.New("sandbox: session disk")
 )

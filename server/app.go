@@ -127,6 +127,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	runtime := editsession.NewRuntime(store, git, codeStore, ws, editsession.Sandboxes{
 		Box: box, Meter: usage, LocalArea: cfg.SandboxDir(),
 		UIDBase: cfg.Sandbox.UIDBase, UIDCount: cfg.Sandbox.UIDCount, Instance: instance,
+		MaxRunning: cfg.SandboxMaxRunning, DiskBytes: cfg.SandboxDiskBytes, DiskArea: cfg.SandboxDiskDir(),
 	}, terms, now, log)
 	shells := editsession.NewShells(store, runtime, terms, now, log)
 	sessionCfg := cfg.Sessions

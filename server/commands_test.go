@@ -56,7 +56,7 @@ func TestCommandsBecomeEdits(t *testing.T) {
 		t.Fatalf("run: %d %s", res.StatusCode, readBody(res))
 	}
 	lines := strings.Split(strings.TrimSpace(out.Stdout), "\n")
-	if out.ExitCode != 3 || len(lines) != 3 || lines[0] != "typed" || !strings.HasSuffix(lines[1], "/edit-"+strings.TrimPrefix(s.ID, "edit_")) || out.Stderr != "oops\n" {
+	if out.ExitCode != 3 || len(lines) != 3 || lines[0] != "typed" || !strings.HasSuffix(lines[1], "/session-"+strings.TrimPrefix(s.ID, "edit_")+"/checkout") || out.Stderr != "oops\n" {
 		t.Fatalf("result %+v", out)
 	}
 	uid, _ := strconv.ParseUint(lines[2], 10, 32)
@@ -134,7 +134,7 @@ func TestCommandsAreConfined(t *testing.T) {
 	other.run(otherBase, "echo secret > mine.txt", "")
 
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(h.srv.URL, "http://"))
-	otherCheckout := filepath.Join(filepath.Dir(h.cfg.WorkspacesRoot), "workspaces", "edit-me", "edit-"+strings.TrimPrefix(t2.ID, "edit_"))
+	otherCheckout := filepath.Join(filepath.Dir(h.cfg.WorkspacesRoot), "workspaces", "edit-me", "session-"+strings.TrimPrefix(t2.ID, "edit_"), "checkout")
 	script := strings.Join([]string{
 		"env | sort",
 		"ls " + h.cfg.DataDir + " && echo DATA-LISTED",
@@ -224,7 +224,8 @@ func TestEndingRemovesTheSandbox(t *testing.T) {
 		t.Fatalf("rebuilt checkout: %+v", out)
 	}
 	owner.post(base+"/discard", nil, jsonAccept)
-	for _, dir := range []string{checkout, strings.Replace(checkout, "/edit-", "/home-", 1)} {
+	// The session's folder holds its checkout and home.
+	for _, dir := range []string{checkout, filepath.Dir(checkout)} {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Fatalf("%s survived the end: %v", dir, err)
 		}

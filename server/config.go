@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,12 @@ type Config struct {
 	Sandbox        sandbox.Config     // ATELIER_SANDBOX_UID_BASE, ATELIER_SANDBOX_UID_COUNT, ATELIER_SANDBOX_ALLOW_CIDRS
 	SandboxCap     int64              // SANDBOX_MONTHLY_SECONDS: each project's default monthly cap
 	LocalRoots     []string           // ATELIER_LOCAL_ROOTS: where everyone but site admins may make Local projects
+	// SandboxMaxRunning (ATELIER_SANDBOX_MAX_RUNNING) bounds the commands
+	// this instance runs at once; SandboxDiskBytes
+	// (ATELIER_SANDBOX_DISK_BYTES) each session's disk, 0 for none.
+	// ATELIER_SANDBOX_MEMORY_TOTAL is Sandbox.MaxMemoryTotal.
+	SandboxMaxRunning int
+	SandboxDiskBytes  int64
 
 	// ImportAllowNetworks (ATELIER_IMPORT_ALLOW_CIDRS) are internal networks
 	// git sources of people other than site admins may still come from.
@@ -99,6 +106,29 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		return cfg, err
 	}
 	cfg.SandboxCap = meter.DefaultCap
+	cfg.SandboxMaxRunning = 2 * runtime.NumCPU()
+	cfg.SandboxDiskBytes = editsession.DefaultDiskBytes
+	if v := getenv("ATELIER_SANDBOX_MAX_RUNNING"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return cfg, fmt.Errorf("config: ATELIER_SANDBOX_MAX_RUNNING must be a number of commands (at least 1), got %q", v)
+		}
+		cfg.SandboxMaxRunning = n
+	}
+	if v := getenv("ATELIER_SANDBOX_DISK_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || (n != 0 && n < sandbox.MinDiskBytes) {
+			return cfg, fmt.Errorf("config: ATELIER_SANDBOX_DISK_BYTES must be a number of bytes (at least %d, or 0 for no bound), got %q", sandbox.MinDiskBytes, v)
+		}
+		cfg.SandboxDiskBytes = n
+	}
+	if v := getenv("ATELIER_SANDBOX_MEMORY_TOTAL"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 64<<20 {
+			return cfg, fmt.Errorf("config: ATELIER_SANDBOX_MEMORY_TOTAL must be a number of bytes (at least 64 MiB), got %q", v)
+		}
+		cfg.Sandbox.MaxMemoryTotal = n
+	}
 	for _, v := range []struct {
 		name string
 		set  func(uint64)
@@ -149,6 +179,9 @@ func (c Config) ObjectsDir() string { return filepath.Join(c.DataDir, "objects")
 // SandboxDir holds the execution areas of Local projects (a Container
 // project's is its managed folder).
 func (c Config) SandboxDir() string { return filepath.Join(c.DataDir, "sandboxes") }
+
+// SandboxDiskDir holds the images of sessions' disks.
+func (c Config) SandboxDiskDir() string { return filepath.Join(c.DataDir, "sandbox-disks") }
 
 func or(v, fallback string) string {
 	if v == "" {

@@ -113,6 +113,14 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Sessions' disks stay mounted while their sessions are open, as in a
+	// server that stops; the next start would clean them. Last, once
+	// nothing of the server runs.
+	t.Cleanup(func() {
+		if err := sandbox.CleanDisks(cfg.SandboxDiskDir()); err != nil {
+			t.Error(err)
+		}
+	})
 	srv := httptest.NewServer(app.Handler)
 	t.Cleanup(srv.Close)
 	t.Cleanup(app.Events.Close)
