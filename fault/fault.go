@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Kind is what sort of failure an error is. Each kind is answered with
@@ -38,6 +39,9 @@ type Fault struct {
 	Reason  string // machine-readable, stable: clients switch on it
 	Message string // one or more sentences, ending in a full stop
 	Hint    string // how to fix it, or ""
+	// RetryAfter is how long to wait before trying again, or 0 when it is
+	// not known; clients read it from the Retry-After header.
+	RetryAfter time.Duration
 }
 
 // Error is an error that knows how a person should see it. Domain errors,

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"io/fs"
 	"net/http"
+	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -75,6 +77,9 @@ func (v errorView) JSON() any { return v.Problem }
 // answered with a 5xx are logged with the request.
 func (a Adapter) RenderError(c *gin.Context, err error) {
 	p := ProblemOf(err)
+	if wait := retryAfter(err); wait > 0 {
+		c.Header("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+	}
 	if p.Status >= 500 {
 		a.Log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "err", err)
 	}
@@ -87,4 +92,13 @@ func (a Adapter) RenderError(c *gin.Context, err error) {
 		a.Log.Error("rendering an error page failed", "err", rerr)
 		c.String(p.Status, p.Message)
 	}
+}
+
+// retryAfter is how long err says to wait before trying again, or 0.
+func retryAfter(err error) time.Duration {
+	var fe fault.Error
+	if errors.As(err, &fe) {
+		return fe.Fault().RetryAfter
+	}
+	return 0
 }
