@@ -205,10 +205,13 @@ type pacedBody struct {
 
 func (b *pacedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil {
-		// The body is over (or cut): net/http reads the connection from
-		// here on without a deadline, to notice the client leaving.
+	if err == io.EOF {
+		// The body is over: net/http reads the connection from here on
+		// without a deadline, to notice the client leaving. A body cut by
+		// the deadline keeps it, so nothing waits for the rest of it.
 		b.rc.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
 		return n, err
 	}
 	if n > 0 {
