@@ -297,3 +297,42 @@ func TestLoginThrottledPerAddress(t *testing.T) {
 	}
 	expectProblem(t, guess(c, 200, "203.0.113.7"), http.StatusTooManyRequests, "too_many_attempts")
 }
+
+// The bounds read from the environment, their defaults, and refusals.
+func TestConnLimitsConfig(t *testing.T) {
+	load := func(env map[string]string) (Config, error) {
+		return LoadConfig(func(k string) string { return env[k] })
+	}
+	cfg, err := load(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxConnsPerAddr != 128 || cfg.MaxConns != 0 || cfg.BodyGrace != 30*time.Second || cfg.BodyMinRate != 8192 || cfg.TrustedProxies != nil {
+		t.Fatalf("defaults %+v", cfg)
+	}
+	cfg, err = load(map[string]string{"ATELIER_MAX_CONNS_PER_ADDR": "7", "ATELIER_MAX_CONNS": "900",
+		"ATELIER_BODY_GRACE_MS": "1500", "ATELIER_BODY_MIN_RATE": "1024", "ATELIER_TRUSTED_PROXIES": "10.0.0.1/32, fd00::/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxConnsPerAddr != 7 || cfg.MaxConns != 900 || cfg.BodyGrace != 1500*time.Millisecond || cfg.BodyMinRate != 1024 || len(cfg.TrustedProxies) != 2 {
+		t.Fatalf("set %+v", cfg)
+	}
+	for k, v := range map[string]string{"ATELIER_MAX_CONNS_PER_ADDR": "0", "ATELIER_MAX_CONNS": "-1",
+		"ATELIER_BODY_GRACE_MS": "5", "ATELIER_BODY_MIN_RATE": "fast", "ATELIER_TRUSTED_PROXIES": "proxy.local"} {
+		if _, err := load(map[string]string{k: v}); err == nil || !strings.Contains(err.Error(), k) {
+			t.Errorf("%s=%s: %v", k, v, err)
+		}
+	}
+}
+
+// The total keeps the database pool and the reserve out of reach of
+// connections; a small limit gives them half.
+func TestConnBudget(t *testing.T) {
+	if got := connBudget(1<<20, 20); got != 1<<20-20-reservedFDs {
+		t.Fatalf("budget of 1048576 descriptors: %d", got)
+	}
+	if got := connBudget(1024, 20); got != 512 {
+		t.Fatalf("budget of 1024 descriptors: %d", got)
+	}
+}
