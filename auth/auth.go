@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -38,6 +39,9 @@ type Service struct {
 	// dummyHash is verified when a username does not exist, so that a wrong
 	// name costs as much time as a wrong password and names do not leak.
 	dummyHash string
+	hashing   *hashGate
+	// Failed sign-ins per username and per client address.
+	accounts, addresses *throttle
 }
 
 // NewService returns a Service; now is the clock (time.Now in production).
@@ -46,12 +50,14 @@ func NewService(store *models.Store, now func() time.Time) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{store: store, now: now, dummyHash: dummy}, nil
+	return &Service{store: store, now: now, dummyHash: dummy,
+		hashing:  newHashGate(runtime.NumCPU()),
+		accounts: newThrottle(freeAccountFailures), addresses: newThrottle(freeAddressFailures)}, nil
 }
 
 // CreateUser adds a person who can sign in.
 func (s *Service) CreateUser(ctx context.Context, username, password string, admin bool) (*models.User, error) {
-	u, err := newUser(username, password, admin)
+	u, err := s.newUser(ctx, username, password, admin)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +77,7 @@ func (s *Service) EnsureFirstAdmin(ctx context.Context, password string) (create
 	if password == "" {
 		password = randomToken()[:20]
 	}
-	u, err := newUser("admin", password, true)
+	u, err := s.newUser(ctx, "admin", password, true)
 	if err != nil {
 		return false, "", fmt.Errorf("auth: ATELIER_ADMIN_PASSWORD: %w", err)
 	}
@@ -82,14 +88,18 @@ func (s *Service) EnsureFirstAdmin(ctx context.Context, password string) (create
 	return true, password, nil
 }
 
-func newUser(username, password string, admin bool) (*models.User, error) {
+func (s *Service) newUser(ctx context.Context, username, password string, admin bool) (*models.User, error) {
 	if !models.ValidUsername(username) {
 		return nil, ErrBadUsername
 	}
 	if utf8.RuneCountInString(password) < MinPasswordLength || len(password) > maxPasswordLength {
 		return nil, ErrWeakPassword
 	}
-	hash, err := HashPassword(password)
+	var hash string
+	var err error
+	if gerr := s.hashing.run(ctx, func() { hash, err = HashPassword(password) }); gerr != nil {
+		return nil, gerr
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -97,28 +107,28 @@ func newUser(username, password string, admin bool) (*models.User, error) {
 }
 
 // Login checks the credentials and starts a session. The returned token goes
-// into the cookie; only its hash is stored.
-func (s *Service) Login(ctx context.Context, username, password string) (string, *models.LoginSession, *models.User, error) {
-	if len(password) > maxPasswordLength {
-		return "", nil, nil, ErrBadCredentials
+// into the cookie; only its hash is stored. addr is the client's address,
+// for throttling guessers (empty skips that throttle).
+func (s *Service) Login(ctx context.Context, username, password, addr string) (string, *models.LoginSession, *models.User, error) {
+	name := strings.TrimSpace(username)
+	// A name that cannot exist has no record of its own: it is refused like
+	// any unknown name, and the address's record counts it.
+	account := ""
+	if models.ValidUsername(name) {
+		account = name
 	}
-	u, err := s.store.UserByName(ctx, strings.TrimSpace(username))
-	if errors.Is(err, models.ErrNotFound) {
-		VerifyPassword(s.dummyHash, password) //nolint:errcheck // timing only
-		return "", nil, nil, ErrBadCredentials
+	if err := s.admit(account, addr, s.now()); err != nil {
+		return "", nil, nil, err
 	}
+	u, err := s.checkPassword(ctx, name, password)
+	now := s.now()
+	failed := errors.Is(err, ErrBadCredentials)
+	s.accounts.end(account, now, failed, err == nil)
+	s.addresses.end(addr, now, failed, false)
 	if err != nil {
 		return "", nil, nil, err
 	}
-	ok, err := VerifyPassword(u.PasswordHash, password)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("auth: user %q: %w", u.Username, err)
-	}
-	if !ok {
-		return "", nil, nil, ErrBadCredentials
-	}
 	token := randomToken()
-	now := s.now()
 	ls := &models.LoginSession{
 		TokenHash: hashToken(token),
 		UserID:    u.ID,
@@ -130,6 +140,48 @@ func (s *Service) Login(ctx context.Context, username, password string) (string,
 		return "", nil, nil, err
 	}
 	return token, ls, u, nil
+}
+
+// admit starts an attempt on both throttles or says how long to wait.
+func (s *Service) admit(account, addr string, now time.Time) error {
+	wait, ok := s.accounts.begin(account, now)
+	if !ok {
+		return &TooManyAttemptsError{Wait: wait}
+	}
+	if wait, ok := s.addresses.begin(addr, now); !ok {
+		s.accounts.end(account, now, false, false)
+		return &TooManyAttemptsError{Wait: wait}
+	}
+	return nil
+}
+
+// checkPassword returns the user whose name and password these are, or
+// ErrBadCredentials. An unknown name is checked against a dummy hash, so
+// it takes as long as a known name with a wrong password.
+func (s *Service) checkPassword(ctx context.Context, name, password string) (*models.User, error) {
+	if len(password) > maxPasswordLength {
+		return nil, ErrBadCredentials
+	}
+	u, err := s.store.UserByName(ctx, name)
+	hash := s.dummyHash
+	switch {
+	case err == nil:
+		hash = u.PasswordHash
+	case !errors.Is(err, models.ErrNotFound):
+		return nil, err
+	}
+	var ok bool
+	var verr error
+	if err := s.hashing.run(ctx, func() { ok, verr = VerifyPassword(hash, password) }); err != nil {
+		return nil, err
+	}
+	if u != nil && verr != nil {
+		return nil, fmt.Errorf("auth: user %q: %w", u.Username, verr)
+	}
+	if u == nil || !ok {
+		return nil, ErrBadCredentials
+	}
+	return u, nil
 }
 
 // Resolve returns the live session for a cookie token and its user, or

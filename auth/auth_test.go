@@ -73,7 +73,7 @@ func TestSessionsExpire(t *testing.T) {
 	if _, err := svc.CreateUser(ctx, "ann", "password1", false); err != nil {
 		t.Fatal(err)
 	}
-	token, ls, _, err := svc.Login(ctx, "ann", "password1")
+	token, ls, _, err := svc.Login(ctx, "ann", "password1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestFirstAdmin(t *testing.T) {
 	if err != nil || !created || len(pw) < auth.MinPasswordLength {
 		t.Fatalf("first start: created=%v pw=%q err=%v", created, pw, err)
 	}
-	if _, _, _, err := svc.Login(ctx, "admin", pw); err != nil {
+	if _, _, _, err := svc.Login(ctx, "admin", pw, ""); err != nil {
 		t.Fatalf("the printed password does not sign in: %v", err)
 	}
 	if created, _, err := svc.EnsureFirstAdmin(ctx, "another-one"); err != nil || created {

@@ -82,9 +82,10 @@ type errorView struct{ *views.Problem }
 func (v errorView) JSON() any { return v.Problem }
 
 // RenderError answers err: JSON {"error", "reason"[, "hint"]} for JSON
-// clients (with Retry-After when the error says when to try again), a sign-in redirect for browsers that are not signed in, else the
-// error page (its fragment for htmx, which swaps error responses). Errors
-// answered with a 5xx are logged with the request.
+// clients, a sign-in redirect for browsers that are not signed in, else the
+// error page (its fragment for htmx, which swaps error responses); with
+// Retry-After when the error says when to try again. Errors answered with a
+// 5xx are logged with the request.
 func (a Adapter) RenderError(c *gin.Context, err error) {
 	p := ProblemOf(err)
 	if p.Status >= 500 {

@@ -5,8 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
 
 	"atelier/auth"
 	"atelier/code"
@@ -19,6 +25,7 @@ import (
 	"atelier/sandbox"
 	"atelier/storage/codestore"
 	"atelier/terminal"
+	"atelier/views"
 	"atelier/workspace"
 )
 
@@ -85,6 +92,7 @@ func problemCases(t *testing.T) []problemCase {
 		Message: "That is a system folder.", Hint: "Pick a folder of your own."}
 	cs = append(cs,
 		problemCase{"path error", wrap(pathErr)},
+		problemCase{"too many attempts", wrap(&auth.TooManyAttemptsError{Wait: 1500 * time.Millisecond})},
 		problemCase{"unsafe root wrapping a path error", fmt.Errorf("workspace: local root of project %q: %w: %w", "p", workspace.ErrUnsafeRoot, pathErr)},
 	)
 
@@ -145,6 +153,33 @@ func TestProblemOf(t *testing.T) {
 	}
 }
 
+// A refusal that knows when to try again says so in Retry-After, in whole
+// seconds rounded up; other errors carry no Retry-After.
+func TestRenderErrorRetryAfter(t *testing.T) {
+	render, err := views.NewRenderer(Chrome)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := Adapter{Render: render, Log: slog.New(slog.DiscardHandler)}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("svc: %w", &auth.TooManyAttemptsError{Wait: 1500 * time.Millisecond}), "2"},
+		{&auth.TooManyAttemptsError{Wait: 15 * time.Minute}, "900"},
+		{auth.ErrBadCredentials, ""},
+	} {
+		w := httptest.NewRecorder()
+		ctx, _ := gin.CreateTestContext(w)
+		ctx.Request = httptest.NewRequest(http.MethodPost, "/login", nil)
+		ctx.Request.Header.Set("Accept", "application/json")
+		a.RenderError(ctx, c.err)
+		if got := w.Header().Get("Retry-After"); got != c.want {
+			t.Errorf("%v: Retry-After %q, want %q", c.err, got, c.want)
+		}
+	}
+}
+
 type wantProblem struct {
 	status                int
 	reason, message, hint string
@@ -168,6 +203,7 @@ var wantProblems = map[string]wantProblem{
 	"upload too large":                                            {413, "too_large", "The archive is larger than 64 MiB.", ""},
 	"auth: sign in required":                                      {401, "sign_in_required", "Please sign in.", ""},
 	"wrapped auth: sign in required":                              {401, "sign_in_required", "Please sign in.", ""},
+	"too many attempts":                                           {429, "too_many_attempts", "Too many failed sign-ins; try again in 2 seconds.", ""},
 	"auth: wrong username or password":                            {401, "bad_credentials", "Wrong username or password.", ""},
 	"wrapped auth: wrong username or password":                    {401, "bad_credentials", "Wrong username or password.", ""},
 	"auth: missing or wrong CSRF token":                           {403, "csrf", "The form is out of date or was not sent by Atelier; reload the page and try again.", ""},

@@ -42,10 +42,13 @@ func (h *Sessions) ShowLogin(c *gin.Context) error {
 	return h.Render.Render(c, http.StatusOK, "login", loginView{Next: next})
 }
 
-// Login checks the credentials and starts a session.
+// Login checks the credentials and starts a session. A throttled attempt
+// (auth.ErrTooManyAttempts) is answered as an error, 429 with Retry-After.
+// The client's address is the connection's, or the X-Forwarded-For entry
+// added by a proxy the operator trusts (ATELIER_TRUSTED_PROXIES).
 func (h *Sessions) Login(c *gin.Context) error {
 	username, next := c.PostForm("username"), safeNext(c.PostForm("next"))
-	token, _, _, err := h.Auth.Login(c.Request.Context(), username, c.PostForm("password"))
+	token, _, _, err := h.Auth.Login(c.Request.Context(), username, c.PostForm("password"), c.ClientIP())
 	if errors.Is(err, auth.ErrBadCredentials) {
 		return h.Render.Render(c, http.StatusUnauthorized, "login",
 			loginView{Next: next, Username: username, Error: "Wrong username or password."})

@@ -60,6 +60,7 @@ type App struct {
 
 	maxImportBytes int64
 	inputBytes     int
+	trustedProxies []string // CIDRs
 }
 
 // newInstanceID names this process: a restarted server is a new instance,
@@ -159,6 +160,9 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now},
 		maxImportBytes: cfg.MaxImportBytes,
 		inputBytes:     terms.Config().InputBytes,
+	}
+	for _, p := range cfg.TrustedProxies {
+		a.trustedProxies = append(a.trustedProxies, p.String())
 	}
 	a.signIn = &handlers.Sessions{Render: render, Auth: authSvc, Cookies: a.cookies}
 	a.Handler = a.routes()

@@ -41,6 +41,15 @@ type Config struct {
 	SandboxMaxRunning int
 	SandboxDiskBytes  int64
 
+	// Connections and bodies (see conns.go). TrustedProxies
+	// (ATELIER_TRUSTED_PROXIES) are the proxies whose X-Forwarded-For is
+	// believed and whose connections count only toward MaxConns.
+	MaxConnsPerAddr int           // ATELIER_MAX_CONNS_PER_ADDR
+	MaxConns        int           // ATELIER_MAX_CONNS; 0: what the descriptor limit allows
+	BodyGrace       time.Duration // ATELIER_BODY_GRACE_MS
+	BodyMinRate     int64         // ATELIER_BODY_MIN_RATE, bytes a second
+	TrustedProxies  []netip.Prefix
+
 	// ImportAllowNetworks (ATELIER_IMPORT_ALLOW_CIDRS) are internal networks
 	// git sources of people other than site admins may still come from.
 	ImportAllowNetworks []netip.Prefix
@@ -154,6 +163,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 		cfg.LocalRoots = append(cfg.LocalRoots, r)
 	}
+	if err := loadConnLimits(getenv, &cfg); err != nil {
+		return cfg, err
+	}
 	cfg.Sessions = editsession.DefaultConfig
 	for name, d := range map[string]*time.Duration{"CODE_SESSION_IDLE_MS": &cfg.Sessions.Idle, "CODE_SESSION_MAX_MS": &cfg.Sessions.MaxAge} {
 		if v := getenv(name); v != "" {
@@ -165,6 +177,34 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// loadConnLimits reads the bounds on connections and request bodies.
+func loadConnLimits(getenv func(string) string, cfg *Config) error {
+	var err error
+	if cfg.TrustedProxies, err = networks(getenv, "ATELIER_TRUSTED_PROXIES"); err != nil {
+		return err
+	}
+	cfg.MaxConnsPerAddr, cfg.BodyGrace, cfg.BodyMinRate = defaultConnsPerAddr, defaultBodyGrace, defaultBodyMinRate
+	for _, v := range []struct {
+		name  string
+		least int64
+		set   func(int64)
+	}{
+		{"ATELIER_MAX_CONNS_PER_ADDR", 1, func(n int64) { cfg.MaxConnsPerAddr = int(n) }},
+		{"ATELIER_MAX_CONNS", 1, func(n int64) { cfg.MaxConns = int(n) }},
+		{"ATELIER_BODY_GRACE_MS", 100, func(n int64) { cfg.BodyGrace = time.Duration(n) * time.Millisecond }},
+		{"ATELIER_BODY_MIN_RATE", 1, func(n int64) { cfg.BodyMinRate = n }},
+	} {
+		if raw := getenv(v.name); raw != "" {
+			n, err := strconv.ParseInt(raw, 10, 32)
+			if err != nil || n < v.least {
+				return fmt.Errorf("config: %s must be a whole number of at least %d, got %q", v.name, v.least, raw)
+			}
+			v.set(n)
+		}
+	}
+	return nil
 }
 
 // PostgresDir is where the embedded cluster lives.

@@ -17,6 +17,13 @@ func (a *App) routes() http.Handler {
 	r := gin.New()
 	r.ContextWithFallback = true
 	r.MaxMultipartMemory = 8 << 20 // larger uploads spill to temp files
+	// The client's address (sign-in throttling) is the connection's, or the
+	// X-Forwarded-For entry added by a proxy the operator trusts; gin would
+	// otherwise believe the header from anyone.
+	r.RemoteIPHeaders = []string{"X-Forwarded-For"}
+	if err := r.SetTrustedProxies(a.trustedProxies); err != nil {
+		panic(err) // the prefixes were parsed by LoadConfig
+	}
 	r.Use(a.recover, a.logRequests, securityHeaders, a.limitBody)
 	h := a.adapter.Handle
 

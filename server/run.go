@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -105,17 +103,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 		fmt.Fprintf(stdout, "First start: sign in as admin with password %s (shown only this once)\n", password)
 	}
 
-	ln, err := net.Listen("tcp", cfg.Addr)
+	ln, err := listen(cfg)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
-	srv := &http.Server{
-		Handler:           app.Handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		// No server-wide WriteTimeout: streams set their own per-write
-		// deadlines.
-	}
+	srv := newHTTPServer(cfg, app.Handler)
 	fmt.Fprintf(stdout, "Atelier is serving on http://%s (data in %s)\n", ln.Addr(), cfg.DataDir)
 
 	go app.sweepLoginSessions(ctx, store)
