@@ -63,7 +63,7 @@ func (s *Service) SetSandboxes(sb *Sandboxes) {
 func (s *Service) area(p *models.Project) (string, error) {
 	if p.WorkspaceMode == models.ModeLocal {
 		dir := filepath.Join(s.sb.LocalArea, p.WorkspaceDirName)
-		return dir, os.MkdirAll(dir, 0o711)
+		return dir, os.MkdirAll(dir, 0o700)
 	}
 	return s.ws.ScopeRoot(projects.Location(p))
 }
@@ -127,14 +127,12 @@ func (s *Service) runInCheckout(ctx context.Context, sess *Session, uid uint32, 
 	}
 	network := sandbox.Network(sess.Project.SandboxNetwork)
 	result, err := s.sb.Box.Run(ctx, sandbox.Spec{
-		UID: uid, GID: uid, Dir: dir, Home: co.home,
+		UID: uid, GID: uid, Workspace: co.dir, Dir: dir, Home: co.home, Tmp: co.tmp,
 		Argv:    []string{"/bin/bash", "--noprofile", "--norc", "-c", command},
 		Network: network,
 	}, sandbox.Limits{Timeout: CommandTimeout, MaxStream: CommandTail, Tail: true, TimeoutExit: 124})
-	// Nothing of the session may run while its files are read.
-	if kerr := s.sb.Box.KillAll(context.WithoutCancel(ctx), uid); kerr != nil {
-		return nil, kerr
-	}
+	// Run returns once every process of the command has ended (its PID
+	// namespace goes with it); the session's shells live on.
 	co.lastUsed = s.now()
 	if err != nil {
 		return nil, err
@@ -180,9 +178,12 @@ func (s *Service) checkoutFor(ctx context.Context, sess *Session, uid uint32) (*
 			return co, s.sync(ctx, sess, co)
 		}
 	}
-	co = &checkout{dir: filepath.Join(area, "edit-"+hex), home: filepath.Join(area, "home-"+hex), uid: uid, gid: uid}
-	if err := sandbox.PrepareDir(co.home, uid, uid); err != nil {
-		return nil, err
+	co = &checkout{dir: filepath.Join(area, "edit-"+hex), home: filepath.Join(area, "home-"+hex),
+		tmp: filepath.Join(area, "tmp-"+hex), uid: uid, gid: uid}
+	for _, d := range []string{co.home, co.tmp} {
+		if err := sandbox.PrepareDir(d, uid, uid); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.build(ctx, sess, co); err != nil {
 		return nil, err
@@ -228,7 +229,7 @@ func (s *Service) DropIdleCheckouts(ctx context.Context) {
 }
 
 // sandboxCleaner ends a session's sandbox: every process of its user, then
-// its checkout and home.
+// its checkout, home and /tmp.
 type sandboxCleaner struct{ s *Service }
 
 func (c sandboxCleaner) EndSession(ctx context.Context, cs *models.CodeSession) error {
@@ -255,7 +256,7 @@ func (c sandboxCleaner) EndSession(ctx context.Context, cs *models.CodeSession) 
 	s.checkouts.mu.Lock()
 	delete(s.checkouts.live, cs.ID)
 	s.checkouts.mu.Unlock()
-	for _, dir := range []string{filepath.Join(area, "edit-"+hex), filepath.Join(area, "home-"+hex)} {
+	for _, dir := range []string{filepath.Join(area, "edit-"+hex), filepath.Join(area, "home-"+hex), filepath.Join(area, "tmp-"+hex)} {
 		if err := os.RemoveAll(dir); err != nil {
 			return err
 		}

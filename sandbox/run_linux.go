@@ -39,6 +39,12 @@ type tree interface {
 	kill(ctx context.Context) error
 }
 
+// signalReporter is a tree that knows, once its main process has been
+// reaped, which signal ended the command (0 for none).
+type signalReporter interface {
+	signaled() syscall.Signal
+}
+
 // starter starts a command writing to stdout and stderr.
 type starter func(stdout, stderr *os.File) (*exec.Cmd, tree, error)
 
@@ -160,6 +166,13 @@ func run(ctx context.Context, lim Limits, start starter) (*Result, error) {
 			res.Signal = ws.Signal().String()
 		} else {
 			res.ExitCode = st.ExitCode()
+		}
+	}
+	if sr, ok := tr.(signalReporter); ok && reaped && res.Signal == "" {
+		// The init helper of a jail exits with 128+n for a command that
+		// died of signal n, and says n.
+		if sig := sr.signaled(); sig != 0 {
+			res.ExitCode, res.Signal = -1, sig.String()
 		}
 	}
 	if kind == 0 && c.didOverflow() {

@@ -21,12 +21,19 @@ type Spec struct {
 	// UID and GID are unique to the session and lie in the configured
 	// range (Config.UIDBase, Config.UIDCount).
 	UID, GID uint32
-	Dir      string   // absolute working directory: the session checkout
-	Home     string   // absolute HOME of the session
-	Argv     []string // e.g. {"/bin/bash", "--noprofile", "--norc", "-c", cmd}; a bare name is found on the clean PATH
-	ExtraEnv []string // normally empty; only TERM=... is accepted (for shells)
-	Network  Network
-	Stdin    io.Reader // Run only; nil = /dev/null
+	// Workspace is the session's checkout on the host, seen read-write
+	// at /workspace; "" means Dir. Dir is the working directory, Workspace
+	// or a folder below it (/workspace/<folder> inside).
+	Workspace string
+	Dir       string
+	// Home and Tmp are the session's folders on the host, seen at
+	// /home/atelier (HOME) and /tmp; they last as long as the session. Tmp
+	// "" gives each command a small /tmp of its own in memory.
+	Home, Tmp string
+	Argv      []string // e.g. {"/bin/bash", "--noprofile", "--norc", "-c", cmd}; a bare name is found on the clean PATH
+	ExtraEnv  []string // normally empty; only TERM=... is accepted (for shells)
+	Network   Network
+	Stdin     io.Reader // Run only; nil = /dev/null
 	// TTY is a PTY slave for Start: it becomes stdin, stdout and stderr and
 	// the controlling terminal of a new session. The caller owns the PTY.
 	TTY *os.File
@@ -49,7 +56,15 @@ type Config struct {
 	// memory and pids hierarchies (v1) or of the unified one (v2), made
 	// before its command starts and removed by KillAll.
 	CgroupRoot string
-	Log        *slog.Logger
+	// ROPaths are the host's folders a command sees, read-only, at the
+	// same place (ATELIER_SANDBOX_RO_PATHS); nil means DefaultROPaths.
+	// Those missing on the host are left out; a symbolic link among them
+	// (/bin -> usr/bin) is made again inside.
+	ROPaths []string
+	// Path is added to the PATH inside (ATELIER_SANDBOX_PATH), after the
+	// usual folders and /usr/local/go/bin when the host has Go there.
+	Path []string
+	Log  *slog.Logger
 }
 
 // Defaults of Config.
@@ -73,4 +88,8 @@ var (
 	ErrNotRoot       = errors.New("sandbox: the server must run as root to sandbox commands")
 	ErrProcessesLeft = errors.New("sandbox: processes survived the kill")
 	ErrSymlink       = errors.New("sandbox: a symbolic link is in the way")
+	// ErrUnavailable: the kernel lacks something the jail needs (a kind
+	// of namespace, pivot_root, a file system type). New logs which; no
+	// command runs.
+	ErrUnavailable = errors.New("sandbox: this host cannot build the sandbox's jail")
 )

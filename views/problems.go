@@ -97,6 +97,7 @@ var problems = []struct {
 	{editsession.ErrNoSandbox, http.StatusConflict, "no_sandbox", "", false},
 	{editsession.ErrEmptyCommand, http.StatusBadRequest, "empty_command", "", false},
 	{meter.ErrCap, http.StatusTooManyRequests, "sandbox_cap", "The project has used its sandbox time for this month; editing still works, commands are off until next month.", false},
+	{sandbox.ErrUnavailable, http.StatusServiceUnavailable, "sandbox_unavailable", "This server's host lacks a kernel feature the sandbox needs, so commands and terminals are off; the server's log at start says which.", false},
 	{sandbox.ErrNetworkUnenforceable, http.StatusServiceUnavailable, "network_unenforceable", "The server cannot cut this project's sandbox off the network here, so it does not run commands; an administrator can allow the network for the project or give the server CAP_SYS_ADMIN.", false},
 	{terminal.ErrAccountShells, http.StatusTooManyRequests, "account_shells", "", false},
 	{terminal.ErrInstanceShells, http.StatusTooManyRequests, "instance_shells", "", false},
