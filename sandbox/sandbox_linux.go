@@ -455,7 +455,9 @@ func (s *Sandbox) launch(cmd *exec.Cmd, is *initSpec) (*helperConn, error) {
 	case stageNetns:
 		return nil, fmt.Errorf("%w: %w", ErrNetworkUnenforceable, ie)
 	case stageJail:
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, ie)
+		// In words only: the errno of a mount is the host's trouble, not
+		// a missing file of the person's.
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, ie)
 	}
 	return nil, ie
 }

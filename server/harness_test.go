@@ -62,9 +62,13 @@ func (c *clock) Advance(d time.Duration) {
 
 func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	t.Helper()
-	// 0700 all the way, as t.TempDir makes it: sessions' commands see
-	// their checkouts through the sandbox's binds, never by walking down.
+	// 0700 all the way: sessions' commands see their checkouts through the
+	// sandbox's binds, never by walking down. (t.TempDir's own folder is
+	// 0700, the numbered one inside follows the umask.)
 	base := t.TempDir()
+	if err := os.Chmod(base, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	cfg, err := LoadConfig(func(key string) string {
 		switch key {
 		case "ATELIER_DATA":
