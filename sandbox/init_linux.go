@@ -187,6 +187,20 @@ func enter(ch *os.File) (string, error) {
 
 	forward := make(chan os.Signal, 4)
 	signal.Notify(forward, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	// Without a memory cgroup, RLIMIT_DATA (not RLIMIT_AS: Go and JVM
+	// tools reserve far more address space than they use). The command is
+	// born under the soft limit; the hard one follows on the command
+	// alone, since the helper's runtime must still be able to grow.
+	var helperData unix.Rlimit
+	if is.MaxData > 0 {
+		if err := unix.Getrlimit(unix.RLIMIT_DATA, &helperData); err != nil {
+			return stageLimits, err
+		}
+		soft := unix.Rlimit{Cur: is.MaxData, Max: helperData.Max}
+		if err := unix.Setrlimit(unix.RLIMIT_DATA, &soft); err != nil {
+			return stageLimits, err
+		}
+	}
 	child, err := syscall.ForkExec(path, is.Argv, &syscall.ProcAttr{
 		Dir: is.Dir, Env: is.Env, Files: []uintptr{0, 1, 2},
 		// A session of its own; a shell takes its terminal as the
@@ -197,15 +211,12 @@ func enter(ch *os.File) (string, error) {
 		return stageExec, fmt.Errorf("%s: %w", is.Argv[0], err)
 	}
 	if is.MaxData > 0 {
-		// Without a memory cgroup. Not RLIMIT_AS: Go and JVM tools reserve
-		// far more address space than they use. On the command only, not
-		// on the helper, whose runtime must still grow: it lands while the
-		// new program is still being loaded, and its children inherit it.
 		lim := unix.Rlimit{Cur: is.MaxData, Max: is.MaxData}
 		if err := unix.Prlimit(child, unix.RLIMIT_DATA, &lim, nil); err != nil {
 			unix.Kill(child, unix.SIGKILL)
 			return stageLimits, err
 		}
+		unix.Setrlimit(unix.RLIMIT_DATA, &helperData)
 	}
 	json.NewEncoder(ch).Encode(initReply{Started: true})
 	os.Exit(supervise(ch, child, forward))

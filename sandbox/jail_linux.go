@@ -120,10 +120,10 @@ func buildJail(is *initSpec) error {
 		}
 		// The session's folders are root's choice of path; a link there
 		// is refused rather than followed.
-		src, err := openSource(d.host, true)
-		if err == nil && (!src.dir || isSymlink(d.host)) {
+		src, err := openSource(d.host, false)
+		if err == nil && (src.fd < 0 || !src.dir) {
 			src.close()
-			err = fmt.Errorf("%s: %w", d.host, ErrSymlink)
+			err = fmt.Errorf("%s is not a folder: %w", d.host, ErrSymlink)
 		}
 		if err != nil {
 			return err

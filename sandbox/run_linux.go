@@ -40,9 +40,10 @@ type tree interface {
 }
 
 // signalReporter is a tree that knows, once its main process has been
-// reaped, which signal ended the command (0 for none).
+// reaped, which signal ended the command (0 for none). It is asked once,
+// also when the answer is not wanted, so it can let go of what it holds.
 type signalReporter interface {
-	signaled() syscall.Signal
+	signaled(wanted bool) syscall.Signal
 }
 
 // starter starts a command writing to stdout and stderr.
@@ -168,10 +169,10 @@ func run(ctx context.Context, lim Limits, start starter) (*Result, error) {
 			res.ExitCode = st.ExitCode()
 		}
 	}
-	if sr, ok := tr.(signalReporter); ok && reaped && res.Signal == "" {
+	if sr, ok := tr.(signalReporter); ok {
 		// The init helper of a jail exits with 128+n for a command that
 		// died of signal n, and says n.
-		if sig := sr.signaled(); sig != 0 {
+		if sig := sr.signaled(reaped && res.Signal == ""); sig != 0 {
 			res.ExitCode, res.Signal = -1, sig.String()
 		}
 	}

@@ -498,7 +498,10 @@ func (t *nsTree) kill(ctx context.Context) error {
 	}, fmt.Sprintf("namespace of %d", t.pid))
 }
 
-func (t *nsTree) signaled() syscall.Signal {
+func (t *nsTree) signaled(wanted bool) syscall.Signal {
 	defer t.conn.close()
+	if !wanted {
+		return 0
+	}
 	return t.conn.signaled()
 }
