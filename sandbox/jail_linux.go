@@ -141,6 +141,12 @@ func buildJail(is *initSpec) error {
 		binds = append(binds, bind{src: src, target: "/dev/" + dev, rw: true})
 	}
 
+	if is.TTY {
+		if src := terminalSource(); src != nil {
+			binds = append(binds, bind{src: src, target: "/dev/console", rw: true})
+		}
+	}
+
 	// The new root is a tmpfs mounted over /tmp of this namespace: every
 	// source is already open, so what it hides does not matter.
 	root := "/tmp"
@@ -228,6 +234,30 @@ func buildJail(is *initSpec) error {
 		return fmt.Errorf("make the new root read-only: %w", err)
 	}
 	return unix.Sethostname([]byte(jailHostname))
+}
+
+// terminalSource is the shell's terminal (stdin), to be seen as
+// /dev/console: it lives on the host's devpts, which is not inside, and
+// without a name ttyname(3) and tty(1) fail. It is opened by its path in
+// this namespace's copy of the host's mounts (a bind from the server's
+// own mount is refused) and must be the very terminal on stdin. nil when
+// it cannot be found: the shell works without the name.
+func terminalSource() *source {
+	name, err := os.Readlink("/proc/self/fd/0")
+	if err != nil || !strings.HasPrefix(name, "/dev/") {
+		return nil
+	}
+	src, err := openSource(name, false)
+	if err != nil {
+		return nil
+	}
+	var in, named unix.Stat_t
+	if src.fd < 0 || unix.Fstat(0, &in) != nil || unix.Fstat(src.fd, &named) != nil ||
+		in.Mode&unix.S_IFMT != unix.S_IFCHR || named.Mode&unix.S_IFMT != unix.S_IFCHR || in.Rdev != named.Rdev {
+		src.close()
+		return nil
+	}
+	return src
 }
 
 // setMountAttr applies flags to the mount at target and every mount below

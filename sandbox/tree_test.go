@@ -170,8 +170,8 @@ func TestStartOnATerminal(t *testing.T) {
 	waited := make(chan error, 1)
 	go func() { waited <- p.Wait() }()
 
-	term.write(t, "echo uid=$(id -u) $(test -t 0 && echo on-a-tty) term=$TERM; (setsid sleep 999 &); nohup sleep 998 >/dev/null 2>&1 &\n")
-	term.expect(t, fmt.Sprintf("uid=%d on-a-tty", s.uid))
+	term.write(t, "echo uid=$(id -u) tty=$(tty) term=$TERM; (setsid sleep 999 &); nohup sleep 998 >/dev/null 2>&1 &\n")
+	term.expect(t, fmt.Sprintf("uid=%d tty=/dev/console", s.uid))
 	term.expect(t, "term=xterm")
 	term.write(t, "echo $PPID > ppid; exit 3\n")
 	select {
