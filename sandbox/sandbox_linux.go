@@ -235,8 +235,6 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec, lim Limits) (*Result, erro
 
 // Process is a sandboxed process started by Start.
 type Process struct {
-	s    *Sandbox
-	uid  uint32
 	cmd  *exec.Cmd
 	conn *helperConn
 }
@@ -263,7 +261,7 @@ func (s *Sandbox) Start(spec Spec) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Process{s: s, uid: spec.UID, cmd: cmd, conn: conn}, nil
+	return &Process{cmd: cmd, conn: conn}, nil
 }
 
 // Pid is the process id of the shell's init helper, PID 1 of its
