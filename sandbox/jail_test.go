@@ -111,6 +111,10 @@ func TestJailHidesOtherCommands(t *testing.T) {
 		t.Errorf("b's ps lists %q, want its init and itself", got)
 	}
 	wg.Wait()
+	// /dev/shm is small and the command's own.
+	if stderr := b.mustFail(t, "head -c 80M /dev/zero > /dev/shm/big"); !strings.Contains(stderr, "No space left") {
+		t.Errorf("80 MiB into /dev/shm: %s", stderr)
+	}
 	// The session's /tmp stays for its next command; /dev/shm does not,
 	// and nothing reached the host's.
 	if out := a.mustRun(t, "cat /tmp/a-file; ls -A /dev/shm"); out != "x\n" {
