@@ -31,8 +31,8 @@ const checkoutIdle = 2 * time.Minute
 // checkout is where a session's commands run: the base tree with the
 // session's edits on top, owned by the session's user.
 type checkout struct {
-	dir, home string
-	uid, gid  uint32
+	dir, home, tmp string // tmp is the session's /tmp
+	uid, gid       uint32
 	// synced maps each path that differs from the base in dir to the
 	// version of the edit it holds (editVersion); the next sync writes only
 	// edits that changed since, so changes a shell made meanwhile are not

@@ -114,14 +114,12 @@ func (r *Runtime) runInCheckout(ctx context.Context, sess *Session, uid uint32, 
 	}
 	network := sandbox.Network(sess.Project.SandboxNetwork)
 	result, err := r.sb.Box.Run(ctx, sandbox.Spec{
-		UID: uid, GID: uid, Dir: dir, Home: co.home,
+		UID: uid, GID: uid, Workspace: co.dir, Dir: dir, Home: co.home, Tmp: co.tmp,
 		Argv:    []string{"/bin/bash", "--noprofile", "--norc", "-c", command},
 		Network: network,
 	}, sandbox.Limits{Timeout: CommandTimeout, MaxStream: CommandTail, Tail: true, TimeoutExit: 124})
-	// Nothing of the session may run while its files are read.
-	if kerr := r.sb.Box.KillAll(context.WithoutCancel(ctx), uid); kerr != nil {
-		return nil, kerr
-	}
+	// Run returns once every process of the command has ended (its PID
+	// namespace goes with it); the session's shells live on.
 	co.lastUsed = r.now()
 	if err != nil {
 		return nil, err

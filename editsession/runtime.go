@@ -80,15 +80,15 @@ func (r *Runtime) uid(cs *models.CodeSession) (uint32, error) {
 	return r.sb.UIDBase + uint32(*cs.SandboxSlot), nil
 }
 
-// paths are the session's checkout and home folders on this host, the one
+// paths are the session's checkout, home and /tmp folders on this host, the one
 // place they are derived: in the session's folder (sessionFolder), which
 // holds everything of the session and is the mount point of its disk.
-func (r *Runtime) paths(p *models.Project, sessionID string) (dir, home string, err error) {
+func (r *Runtime) paths(p *models.Project, sessionID string) (dir, home, tmp string, err error) {
 	top, err := r.sessionFolder(p, sessionID)
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
-	return filepath.Join(top, "checkout"), filepath.Join(top, "home"), nil
+	return filepath.Join(top, "checkout"), filepath.Join(top, "home"), filepath.Join(top, "tmp"), nil
 }
 
 // sessionFolder is the folder of the session's own folders, in the
@@ -99,7 +99,7 @@ func (r *Runtime) sessionFolder(p *models.Project, sessionID string) (string, er
 	var err error
 	if p.WorkspaceMode == models.ModeLocal {
 		area = filepath.Join(r.sb.LocalArea, p.WorkspaceDirName)
-		if err := os.MkdirAll(area, 0o711); err != nil {
+		if err := os.MkdirAll(area, 0o700); err != nil {
 			return "", err
 		}
 	} else if area, err = r.ws.ScopeRoot(projects.Location(p)); err != nil {
@@ -143,7 +143,7 @@ func (r *Runtime) removeSessionFolder(top, sessionID string) error {
 // edits when it is missing, else brought up to date with the edits. The
 // caller holds the session's checkout lock.
 func (r *Runtime) checkoutFor(ctx context.Context, sess *Session, uid uint32) (*checkout, error) {
-	dir, home, err := r.paths(sess.Project, sess.ID)
+	dir, home, tmp, err := r.paths(sess.Project, sess.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -155,12 +155,14 @@ func (r *Runtime) checkoutFor(ctx context.Context, sess *Session, uid uint32) (*
 			return co, r.sync(ctx, sess, co)
 		}
 	}
-	co = &checkout{dir: dir, home: home, uid: uid, gid: uid}
+	co = &checkout{dir: dir, home: home, tmp: tmp, uid: uid, gid: uid}
 	if err := r.openSessionFolder(filepath.Dir(dir), sess.ID); err != nil {
 		return nil, err
 	}
-	if err := sandbox.PrepareDir(co.home, uid, uid); err != nil {
-		return nil, err
+	for _, d := range []string{co.home, co.tmp} {
+		if err := sandbox.PrepareDir(d, uid, uid); err != nil {
+			return nil, err
+		}
 	}
 	if err := r.build(ctx, sess, co); err != nil {
 		return nil, err

@@ -100,7 +100,7 @@ func (s *Shells) OpenShell(ctx context.Context, sess *Session, slot *terminal.Sl
 		return nil, err
 	}
 	spec := sandbox.Spec{
-		UID: uid, GID: uid, Dir: co.dir, Home: co.home,
+		UID: uid, GID: uid, Workspace: co.dir, Dir: co.dir, Home: co.home, Tmp: co.tmp,
 		Argv:     []string{"/bin/bash", "-l"},
 		ExtraEnv: []string{"TERM=xterm-256color"},
 		Network:  sandbox.Network(sess.Project.SandboxNetwork),

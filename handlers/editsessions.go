@@ -27,6 +27,9 @@ type EditSessions struct {
 	// Now is the clock the sessions' limits run on; the page's countdown
 	// follows it.
 	Now func() time.Time
+	// CommandHint is the command box's example, one that works in the
+	// sandbox of this host.
+	CommandHint string
 }
 
 // timeFormat is how deadlines travel to the page, to the millisecond, so
@@ -39,6 +42,7 @@ type sessionView struct {
 	Idle    time.Duration
 	Now     time.Time
 	Open    string
+	Hint    string // the command box's example
 }
 
 func (v sessionView) JSON() any {
@@ -83,7 +87,7 @@ func (h *EditSessions) Page(c *gin.Context) error {
 	}
 	return h.Render.Render(c, http.StatusOK, "session", sessionView{
 		Session: sess, Tree: sessionTreeView{Base: base(sess), Entries: entries},
-		Idle: h.Idle, Now: h.Now(), Open: c.Query("path"),
+		Idle: h.Idle, Now: h.Now(), Open: c.Query("path"), Hint: h.CommandHint,
 	})
 }
 

@@ -21,22 +21,32 @@
 // Go cannot run code in a child between fork and exec, so a sandboxed
 // command starts as this same binary (/proc/self/exe) marked as the init
 // helper by an environment variable; Init in that process sets up the
-// sandbox and execs the command, never returning. In any other process
-// Init returns at once. New fails with ErrInitMissing when Init has not
-// returned in the process, which stops a binary that forgot it from
-// starting a second copy of itself as root. Package init functions run
-// before main, in the helper too, so they must stay free of side effects.
+// jail, runs the command and exits with its status, never returning. In
+// any other process Init returns at once. New fails with ErrInitMissing
+// when Init has not returned in the process, which stops a binary that
+// forgot it from starting a second copy of itself as root. Package init
+// functions run before main, in the helper too, so they must stay free of
+// side effects.
 //
 // # What a sandboxed command gets
 //
-// The helper starts as root with only its marker in the environment and,
-// on one locked OS thread (the namespace, no_new_privs and capability sets
-// are per thread, and execve keeps the calling thread's):
+// The helper is cloned as root into new mount, PID, IPC and UTS
+// namespaces, so it is PID 1 of the command's PID namespace, with only its
+// marker in the environment. On one locked OS thread (the network
+// namespace, no_new_privs and capability sets are per thread, and a fork
+// copies the calling thread's) it:
 //
 //   - joins the uid's memory and pids cgroups when cgroups are usable;
-//   - sets RLIMIT_NPROC (per uid, and the uid is the session's alone),
-//     RLIMIT_CORE 0 and, without a memory cgroup, RLIMIT_DATA (not
-//     RLIMIT_AS, which breaks Go and JVM tools that reserve address space);
+//   - sets RLIMIT_NPROC (per uid, and the uid is the session's alone) and
+//     RLIMIT_CORE 0;
+//   - builds the jail (jail_linux.go): a tmpfs root holding read-only
+//     binds of Config.ROPaths, the checkout at /workspace, the session's
+//     HOME at /home/atelier and its /tmp, a minimal /dev with a private
+//     devpts and a small /dev/shm, /proc of the PID namespace, and
+//     generated /etc/passwd and /etc/group naming the uid atelier; it
+//     pivots into it and detaches the host's root. A host that cannot
+//     build it makes New log why and every command fail with
+//     ErrUnavailable;
 //   - for Network deny, unshares a network namespace and brings lo up, or
 //     refuses the command (ErrNetworkUnenforceable), never running open;
 //     for Network allow, joins the namespace the server made for it behind
@@ -48,12 +58,18 @@
 //   - reads its own status back and refuses unless all ids are the
 //     session's, no group is left, no_new_privs is 1 and every capability
 //     set is empty;
-//   - enters Dir as the user, resets ignored signals to their defaults,
-//     and execs the command with only PATH, HOME, LANG=C.UTF-8 and TERM.
+//   - enters Dir (/workspace/<folder>) as the user, resets ignored signals
+//     to their defaults, and starts the command as its child, in a session
+//     of its own, with only PATH, HOME, LANG=C.UTF-8 and TERM; without a
+//     memory cgroup the child gets RLIMIT_DATA (not RLIMIT_AS, which
+//     breaks Go and JVM tools that reserve address space);
+//   - stays as PID 1: passes SIGTERM, SIGINT and SIGHUP on to the
+//     namespace, reaps orphans, and exits with the command's status once
+//     it has exited, which makes the kernel kill the rest of the
+//     namespace.
 //
-// The helper is a session leader (setsid), so the command has no access to
-// the server's terminal. Its failure before the exec comes back over a
-// close-on-exec socket as a Start error.
+// Its failure before the command starts comes back over a socket as a
+// Start error; the same socket carries the signal that ended the command.
 //
 // # Ending a command
 //
@@ -61,6 +77,8 @@
 // overflow: SIGTERM, then SIGKILL a second later), every process of its
 // tree is killed before Run returns; so a background child that holds the
 // output pipes cannot make Run hang, and nothing of the command outlives
-// it. For a sandboxed command the tree is its uid (KillAll); for RunPlain
-// it is its session and process group.
+// it. For a sandboxed command the tree is its PID namespace, so the
+// session's other commands and shells live on; KillAll ends everything of
+// a uid, for the session's end. For RunPlain it is its session and
+// process group.
 package sandbox

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -47,10 +48,14 @@ const stageSeccomp = "seccomp" // the system call filter (seccomp_linux.go)
 // then be a second copy of the program running as root.
 var initCalled atomic.Bool
 
+// errProbed ends a probe's helper once the jail stands: New only wants to
+// know that it can be built.
+var errProbed = errors.New("probe done")
+
 // Init must be the first call in main (and in TestMain of a package that
 // runs sandboxed commands). In the sandbox's init helper it sets up the
-// sandbox and execs the command, never returning; anywhere else it returns
-// at once.
+// sandbox, runs the command and exits with its status, never returning;
+// anywhere else it returns at once.
 func Init() {
 	if os.Getenv(initEnv) != "1" {
 		initCalled.Store(true)
@@ -58,6 +63,10 @@ func Init() {
 	}
 	ch := os.NewFile(initFD, "sandbox-init")
 	stage, err := enter(ch)
+	if errors.Is(err, errProbed) {
+		json.NewEncoder(ch).Encode(initReply{Started: true})
+		os.Exit(0)
+	}
 	msg, errno := "unknown failure", 0
 	if err != nil {
 		msg = err.Error()
@@ -70,10 +79,14 @@ func Init() {
 	os.Exit(initStart)
 }
 
-// enter does the helper's job; it returns only on failure, with the stage
-// that failed. Several steps act on the calling thread only (the network
-// namespace, no_new_privs, the capability sets), and execve carries over
-// the calling thread's state, so all of it runs on one locked thread.
+// enter does the helper's job. It starts as PID 1 of new mount, PID, IPC
+// and UTS namespaces (the server's clone made them), builds the jail, drops
+// to the session's user, starts the command as its child and stays to reap
+// and exits with the command's status, never returning then; it returns
+// only on failure, with the stage that failed. Several steps act on the
+// calling thread only (the network namespace, no_new_privs, the capability
+// sets), and a fork copies the calling thread's state, so all of it runs on
+// one locked thread.
 func enter(ch *os.File) (string, error) {
 	runtime.LockOSThread()
 	if os.Getuid() != 0 {
@@ -83,15 +96,21 @@ func enter(ch *os.File) (string, error) {
 	if err := json.NewDecoder(ch).Decode(&is); err != nil {
 		return stageSpec, err
 	}
-	if is.UID == 0 || is.GID == 0 || len(is.Argv) == 0 {
+	if !is.Probe && (is.UID == 0 || is.GID == 0 || len(is.Argv) == 0) {
 		return stageSpec, errors.New("refusing uid 0, gid 0 or an empty command")
 	}
-	syscall.Umask(0o077)
+	if os.Getpid() != 1 {
+		return stageJail, errors.New("the init helper is not PID 1 of a PID namespace of its own")
+	}
+	// The jail's own folders and files are for everyone to read; what the
+	// command makes is its own.
+	syscall.Umask(0o022)
 
 	// Join the cgroups before anything else runs, so every process of the
 	// command is inside from the start.
 	pid := strconv.Itoa(os.Getpid())
 	for _, procs := range is.Cgroups {
+		// The pid is read in the writer's PID namespace: 1, the helper.
 		if err := writeCgroup(procs, pid); err != nil {
 			return stageCgroup, err
 		}
@@ -104,19 +123,19 @@ func enter(ch *os.File) (string, error) {
 		{unix.RLIMIT_NPROC, is.MaxProcs}, // per uid: the uid is the session's alone
 		{unix.RLIMIT_CORE, 0},
 	}
-	if is.MaxData > 0 {
-		// Without a memory cgroup. Not RLIMIT_AS: Go and JVM tools reserve
-		// far more address space than they use.
-		limits = append(limits, struct {
-			res int
-			val uint64
-		}{unix.RLIMIT_DATA, is.MaxData})
-	}
 	for _, l := range limits {
 		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.val, Max: l.val}); err != nil {
 			return stageLimits, err
 		}
 	}
+
+	if err := buildJail(&is); err != nil {
+		return stageJail, err
+	}
+	if is.Probe {
+		return stageJail, errProbed
+	}
+	syscall.Umask(0o077)
 
 	switch {
 	case is.JoinNetns:
@@ -128,6 +147,7 @@ func enter(ch *os.File) (string, error) {
 		// command on the host's network.
 		return stageJoinNetns, errors.New("no network namespace to join")
 	}
+
 	if is.DenyNetwork {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			return stageNetns, err
@@ -161,26 +181,100 @@ func enter(ch *os.File) (string, error) {
 	if err := os.Chdir(is.Dir); err != nil {
 		return stageDir, err
 	}
-	path, err := lookPath(is.Argv[0])
+	path, err := lookPath(is.Argv[0], is.Env)
 	if err != nil {
 		return stageExec, err
 	}
 	if err := resetSignals(); err != nil {
 		return stageExec, err
 	}
-	// Nothing but stdin, stdout and stderr goes to the command; the
-	// socket closes with the exec and so tells the server it happened.
+	// Nothing but stdin, stdout and stderr goes to the command.
 	if err := unix.CloseRange(initFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		if err := cloexecAll(); err != nil {
 			return stageExec, err
 		}
 	}
-	// Last, so nothing the helper itself does meets the filter.
+
+	// The system call filter goes on this locked thread right before the
+	// fork, so the command inherits it; the helper itself needs nothing
+	// the filter refuses from here on (wait4, kill, write, exit).
 	if err := installSeccomp(); err != nil {
 		return stageSeccomp, err
 	}
-	err = syscall.Exec(path, is.Argv, is.Env)
-	return stageExec, fmt.Errorf("%s: %w", is.Argv[0], err)
+
+	forward := make(chan os.Signal, 4)
+	signal.Notify(forward, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	// Without a memory cgroup, RLIMIT_DATA (not RLIMIT_AS: Go and JVM
+	// tools reserve far more address space than they use). The command is
+	// born under the soft limit; the hard one follows on the command
+	// alone, since the helper's runtime must still be able to grow.
+	var helperData unix.Rlimit
+	if is.MaxData > 0 {
+		if err := unix.Getrlimit(unix.RLIMIT_DATA, &helperData); err != nil {
+			return stageLimits, err
+		}
+		soft := unix.Rlimit{Cur: is.MaxData, Max: helperData.Max}
+		if err := unix.Setrlimit(unix.RLIMIT_DATA, &soft); err != nil {
+			return stageLimits, err
+		}
+	}
+	child, err := syscall.ForkExec(path, is.Argv, &syscall.ProcAttr{
+		Dir: is.Dir, Env: is.Env, Files: []uintptr{0, 1, 2},
+		// A session of its own; a shell takes its terminal as the
+		// controlling one (the helper never had it).
+		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: is.TTY, Ctty: 0},
+	})
+	if err != nil {
+		return stageExec, fmt.Errorf("%s: %w", is.Argv[0], err)
+	}
+	if is.MaxData > 0 {
+		lim := unix.Rlimit{Cur: is.MaxData, Max: is.MaxData}
+		if err := unix.Prlimit(child, unix.RLIMIT_DATA, &lim, nil); err != nil {
+			unix.Kill(child, unix.SIGKILL)
+			return stageLimits, err
+		}
+		unix.Setrlimit(unix.RLIMIT_DATA, &helperData)
+	}
+	json.NewEncoder(ch).Encode(initReply{Started: true})
+	os.Exit(supervise(ch, child, forward))
+	return "", nil
+}
+
+// supervise is PID 1's life once the command runs: it passes the stop
+// signals the server sends on to every process of the namespace, reaps
+// orphans, and when the command has exited reports how and returns its
+// exit code. The helper's exit then ends whatever else of the command is
+// left: the kernel kills a PID namespace whose init is gone.
+func supervise(ch *os.File, child int, forward <-chan os.Signal) int {
+	go func() {
+		for sig := range forward {
+			unix.Kill(-1, sig.(syscall.Signal)) // every process of the namespace but PID 1
+		}
+	}()
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			// No child left, which cannot be while the command runs.
+			return initStart
+		}
+		if pid != child {
+			continue // an orphan
+		}
+		switch {
+		case ws.Exited():
+			return ws.ExitStatus()
+		case ws.Signaled():
+			// PID 1 cannot die of a signal of its own, so the signal goes
+			// to the server in words and the exit code says it as a shell
+			// would.
+			json.NewEncoder(ch).Encode(initReply{Signal: int(ws.Signal())})
+			return 128 + int(ws.Signal())
+		}
+	}
 }
 
 // loopbackUp brings up lo in the new network namespace (what `ip link set
@@ -272,12 +366,18 @@ func verify(uid, gid uint32) error {
 	return nil
 }
 
-// lookPath finds name on the clean PATH, as the session's user.
-func lookPath(name string) (string, error) {
+// lookPath finds name on the PATH of env, as the session's user.
+func lookPath(name string, env []string) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}
-	for _, dir := range filepath.SplitList(cleanPath) {
+	path := ""
+	for _, e := range env {
+		if p, ok := strings.CutPrefix(e, "PATH="); ok {
+			path = p
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
 		p := filepath.Join(dir, name)
 		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && unix.Access(p, unix.X_OK) == nil {
 			return p, nil

@@ -35,7 +35,11 @@ func TestEnvironmentIsClean(t *testing.T) {
 	}
 	got := lines(res.Stdout)
 	slices.Sort(got)
-	want := []string{"HOME=" + s.home, "LANG=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin", "TERM=dumb"}
+	path := "PATH=/usr/local/bin:/usr/bin:/bin"
+	if _, err := os.Stat("/usr/local/go/bin/go"); err == nil {
+		path += ":/usr/local/go/bin"
+	}
+	want := []string{"HOME=/home/atelier", "LANG=C.UTF-8", path, "TERM=dumb"}
 	if !slices.Equal(got, want) {
 		t.Errorf("env = %q, want %q", got, want)
 	}
@@ -60,10 +64,10 @@ func TestIdentityAndPrivileges(t *testing.T) {
 	s := newSession(t, sb)
 	uid := strconv.FormatUint(uint64(s.uid), 10)
 
-	out := s.mustRun(t, `id -u; id -g; id -G; pwd; umask
+	out := s.mustRun(t, `id -u; id -g; id -G; id -un; pwd; umask
 		grep -E '^(Groups|NoNewPrivs|CapInh|CapPrm|CapEff|CapBnd|CapAmb):' /proc/self/status`)
 	got := lines([]byte(out))
-	want := []string{uid, uid, uid, s.dir, "0077",
+	want := []string{uid, uid, uid, "atelier", "/workspace", "0077",
 		"Groups:", "CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
 		"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1"}
 	for i := range got {
@@ -97,19 +101,22 @@ func TestServerSecretsOutOfReach(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The command can read files in general and its own environ...
-	if out := s.mustRun(t, "cat "+public+"; cat /proc/self/environ | tr '\\0' '\\n' | grep ^HOME="); out != "open\nHOME="+s.home+"\n" {
+	// The command can read the system's files and its own environ...
+	if out := s.mustRun(t, "grep -c ^root: /etc/passwd; cat /proc/self/environ | tr '\\0' '\\n' | grep ^HOME="); out != "1\nHOME=/home/atelier\n" {
 		t.Fatalf("control reads: %q", out)
 	}
-	// ...but not the server's nor init's, nor the data folder.
-	for _, script := range []string{
-		"cat /proc/1/environ",
-		"cat /proc/" + strconv.Itoa(os.Getpid()) + "/environ",
-		"ls " + data,
-		"cat " + data + "/secret",
+	// ...but not its init helper's, and nothing of the host outside the
+	// allowed folders: neither the server's process nor the data folder,
+	// even a file anyone could read there.
+	for script, why := range map[string]string{
+		"cat /proc/1/environ": "Permission denied",
+		"cat /proc/" + strconv.Itoa(os.Getpid()) + "/environ": "No such file",
+		"ls " + data:              "No such file",
+		"cat " + data + "/secret": "No such file",
+		"cat " + public:           "No such file",
 	} {
-		if stderr := s.mustFail(t, script); !strings.Contains(stderr, "Permission denied") {
-			t.Errorf("%q failed, but not for want of permission: %s", script, stderr)
+		if stderr := s.mustFail(t, script); !strings.Contains(stderr, why) {
+			t.Errorf("%q failed, but not with %q: %s", script, why, stderr)
 		}
 	}
 }
@@ -171,8 +178,11 @@ func TestLimitsAreInPlace(t *testing.T) {
 			sb := newSandbox(t, func(c *sandbox.Config) { c.MaxProcs, c.MaxMemory, c.CgroupRoot = procs, mem, root })
 			s := newSession(t, sb)
 			group := "/atelier-sandbox/u" + strconv.FormatUint(uint64(s.uid), 10)
-			out := s.mustRun(t, `cat /proc/self/limits /proc/self/cgroup
-				cat /sys/fs/cgroup/pids`+group+`/pids.max /sys/fs/cgroup/memory`+group+`/memory.limit_in_bytes 2>/dev/null || true`)
+			out := s.mustRun(t, `cat /proc/self/limits /proc/self/cgroup`)
+			// The group's limits, read on the host: /sys is not in the jail.
+			pidsMax, _ := os.ReadFile("/sys/fs/cgroup/pids" + group + "/pids.max")
+			memMax, _ := os.ReadFile("/sys/fs/cgroup/memory" + group + "/memory.limit_in_bytes")
+			out += "\n" + string(pidsMax) + string(memMax)
 			limit := func(name string) string {
 				for _, l := range strings.Split(out, "\n") {
 					if rest, ok := strings.CutPrefix(l, name); ok {
@@ -193,8 +203,13 @@ func TestLimitsAreInPlace(t *testing.T) {
 				t.Log("no usable cgroups on this machine")
 				fallthrough
 			case mode == "":
-				if got := limit("Max data size"); got != "536870912 536870912" {
+				// The soft limit is there from the start; the hard one a
+				// moment later (the helper sets it once the command runs).
+				if got := limit("Max data size"); !strings.HasPrefix(got, "536870912 ") {
 					t.Errorf("RLIMIT_DATA = %s, want %d", got, mem)
+				}
+				if got := s.mustRun(t, "sleep 0.2; ulimit -Hd"); got != strconv.Itoa(mem>>10)+"\n" {
+					t.Errorf("hard RLIMIT_DATA = %s KiB, want %d", got, mem>>10)
 				}
 			case mode == "v1":
 				for _, want := range []string{":memory:" + group + "\n", ":pids:" + group + "\n", "\n100\n536870912\n"} {
@@ -205,9 +220,13 @@ func TestLimitsAreInPlace(t *testing.T) {
 				if got := limit("Max data size"); got != "unlimited unlimited" {
 					t.Errorf("RLIMIT_DATA = %s with a memory cgroup", got)
 				}
+				// The uid's groups last until its session ends.
+				if err := sb.KillAll(context.Background(), s.uid); err != nil {
+					t.Fatal(err)
+				}
 				for _, ctrl := range []string{"memory", "pids"} {
 					if _, err := os.Stat("/sys/fs/cgroup/" + ctrl + group); !errors.Is(err, os.ErrNotExist) {
-						t.Errorf("the %s group is still there after the command: %v", ctrl, err)
+						t.Errorf("the %s group is still there after KillAll: %v", ctrl, err)
 					}
 				}
 			case mode == "v2":

@@ -73,9 +73,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // session is one session's identity and folders.
 type session struct {
-	sb        *sandbox.Sandbox
-	uid       uint32
-	dir, home string
+	sb             *sandbox.Sandbox
+	uid            uint32
+	dir, home, tmp string
 }
 
 // newSession makes a session with a fresh uid, its checkout and home; its
@@ -83,8 +83,9 @@ type session struct {
 func newSession(t testing.TB, sb *sandbox.Sandbox) *session {
 	t.Helper()
 	root := openDir(t)
-	s := &session{sb: sb, uid: nextUID(), dir: filepath.Join(root, "checkout"), home: filepath.Join(root, "home")}
-	for _, d := range []string{s.dir, s.home} {
+	s := &session{sb: sb, uid: nextUID(), dir: filepath.Join(root, "checkout"), home: filepath.Join(root, "home"),
+		tmp: filepath.Join(root, "tmp")}
+	for _, d := range []string{s.dir, s.home, s.tmp} {
 		if err := sandbox.PrepareDir(d, s.uid, s.uid); err != nil {
 			t.Fatal(err)
 		}
@@ -97,8 +98,8 @@ func newSession(t testing.TB, sb *sandbox.Sandbox) *session {
 	return s
 }
 
-// openDir is a temporary folder that other users may pass through, as the
-// parent of sessions' folders is, whatever mode t.TempDir gave it.
+// openDir is a temporary folder that other users could pass through if
+// they saw it, so that what keeps them out is the jail.
 func openDir(t testing.TB) string {
 	t.Helper()
 	d := t.TempDir()
@@ -111,7 +112,7 @@ func openDir(t testing.TB) string {
 }
 
 func (s *session) spec(script string) sandbox.Spec {
-	return sandbox.Spec{UID: s.uid, GID: s.uid, Dir: s.dir, Home: s.home, Argv: bash(script)}
+	return sandbox.Spec{UID: s.uid, GID: s.uid, Workspace: s.dir, Dir: s.dir, Home: s.home, Tmp: s.tmp, Argv: bash(script)}
 }
 
 func bash(script string) []string {

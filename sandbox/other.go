@@ -30,6 +30,8 @@ func (s *Sandbox) Run(context.Context, Spec, Limits) (*Result, error) {
 func (s *Sandbox) Start(Spec) (*Process, error)          { return nil, errUnsupported }
 func (s *Sandbox) KillAll(context.Context, uint32) error { return errUnsupported }
 func (s *Sandbox) CgroupMode() string                    { return "" }
+func (s *Sandbox) Has(string) bool                       { return false }
+func (s *Sandbox) Unavailable() error                    { return errUnsupported }
 func (s *Sandbox) Close() error                          { return nil }
 func (p *Process) Pid() int                              { return 0 }
 func (p *Process) Wait() error                           { return errUnsupported }

@@ -39,6 +39,13 @@ type tree interface {
 	kill(ctx context.Context) error
 }
 
+// signalReporter is a tree that knows, once its main process has been
+// reaped, which signal ended the command (0 for none). It is asked once,
+// also when the answer is not wanted, so it can let go of what it holds.
+type signalReporter interface {
+	signaled(wanted bool) syscall.Signal
+}
+
 // starter starts a command writing to stdout and stderr.
 type starter func(stdout, stderr *os.File) (*exec.Cmd, tree, error)
 
@@ -160,6 +167,13 @@ func run(ctx context.Context, lim Limits, start starter) (*Result, error) {
 			res.Signal = ws.Signal().String()
 		} else {
 			res.ExitCode = st.ExitCode()
+		}
+	}
+	if sr, ok := tr.(signalReporter); ok {
+		// The init helper of a jail exits with 128+n for a command that
+		// died of signal n, and says n.
+		if sig := sr.signaled(reaped && res.Signal == ""); sig != 0 {
+			res.ExitCode, res.Signal = -1, sig.String()
 		}
 	}
 	if kind == 0 && c.didOverflow() {

@@ -168,6 +168,7 @@ func TestRunnerStartFailure(t *testing.T) {
 	// A folder the user may not enter.
 	spec := s.spec("true")
 	spec.Dir = filepath.Join(openDir(t), "private")
+	spec.Workspace = spec.Dir
 	if err := os.Mkdir(spec.Dir, 0o700); err != nil {
 		t.Fatal(err)
 	}

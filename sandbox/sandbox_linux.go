@@ -7,11 +7,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,13 +25,19 @@ import (
 // command.
 const startWait = 30 * time.Second
 
-// Sandbox runs commands as sessions' users. It is safe for concurrent use;
-// commands of one uid must not overlap, because the end of each kills
-// every process of its uid.
+// Sandbox runs commands as sessions' users, each in a jail of its own. It
+// is safe for concurrent use; commands and shells of one uid may overlap,
+// since the end of each ends only its own PID namespace.
 type Sandbox struct {
 	cfg Config
 	log *slog.Logger
 	cg  *cgroups // nil: rlimits only
+	// path is the PATH inside: the usual folders, the host's toolchains
+	// found at start and Config.Path.
+	path string
+	// unavailable says why no jail can be built on this host; every
+	// command then fails with ErrUnavailable.
+	unavailable error
 	// groups is held shared from making a uid's cgroups until the command
 	// has joined them (its exec), and exclusively while KillAll removes
 	// them, so a command starting beside a KillAll never finds its group
@@ -70,7 +76,15 @@ func New(cfg Config) (*Sandbox, error) {
 	if err := checkRange(cfg.UIDBase, cfg.UIDCount); err != nil {
 		return nil, err
 	}
-	s := &Sandbox{cfg: cfg, log: cfg.Log}
+	if cfg.ROPaths == nil {
+		cfg.ROPaths = DefaultROPaths
+	}
+	for _, p := range append(append([]string{}, cfg.ROPaths...), cfg.Path...) {
+		if !cleanAbs(p) || p == "/" || strings.ContainsAny(p, ":\x00") {
+			return nil, fmt.Errorf("%w: %q is not a clean absolute folder below /", ErrBadConfig, p)
+		}
+	}
+	s := &Sandbox{cfg: cfg, log: cfg.Log, path: jailPath(cfg.Path)}
 	s.findEgress()
 	switch cfg.CgroupRoot {
 	case "-":
@@ -88,7 +102,60 @@ func New(cfg Config) (*Sandbox, error) {
 			s.log.Warn("sandbox: no usable cgroups; memory is limited per process (RLIMIT_DATA)", "err", err)
 		}
 	}
+	if err := s.probe(); err != nil {
+		s.unavailable = err
+		s.log.Error("sandbox: commands and terminals are off: the jail cannot be built on this host", "err", err)
+	} else {
+		s.log.Info("sandbox: jail ready", "readonly", cfg.ROPaths, "path", s.path)
+	}
 	return s, nil
+}
+
+// jailPath is the PATH inside: the usual folders, then Go's toolchain when
+// the host has it where its installer puts it, then extra.
+func jailPath(extra []string) string {
+	dirs := strings.Split(cleanPath, ":")
+	if st, err := os.Stat("/usr/local/go/bin/go"); err == nil && st.Mode().IsRegular() {
+		dirs = append(dirs, "/usr/local/go/bin")
+	}
+	for _, d := range extra {
+		if !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return strings.Join(dirs, ":")
+}
+
+// Has reports whether name is a program on the PATH inside whose folder is
+// among the read-only paths, as the host has it now; the session page uses
+// it to suggest a command that works.
+func (s *Sandbox) Has(name string) bool {
+	for _, d := range strings.Split(s.path, ":") {
+		visible := false
+		for _, ro := range s.cfg.ROPaths {
+			visible = visible || d == ro || strings.HasPrefix(d, ro+"/")
+		}
+		if st, err := os.Stat(filepath.Join(d, name)); visible && err == nil && st.Mode().IsRegular() && st.Mode()&0o001 != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Unavailable is why commands cannot run on this host, or nil.
+func (s *Sandbox) Unavailable() error { return s.unavailable }
+
+// probe builds a jail once, without a command, to learn at start whether
+// this host has what the jail needs.
+func (s *Sandbox) probe() error {
+	cmd := s.helper()
+	conn, err := s.launch(cmd, &initSpec{Probe: true, ROPaths: s.cfg.ROPaths})
+	if err != nil {
+		return err
+	}
+	conn.close()
+	cmd.Wait()
+	return nil
 }
 
 // checkRange refuses uid ranges that reach system or ordinary accounts, the
@@ -174,19 +241,19 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec, lim Limits) (*Result, erro
 		// A Stdin that is not a file is copied by a goroutine; do not let
 		// it hold Wait once the command is gone.
 		cmd.WaitDelay = drainWait
-		if err := s.launch(cmd, is); err != nil {
+		conn, err := s.launch(cmd, is)
+		if err != nil {
 			return nil, nil, err
 		}
-		return cmd, &uidTree{s: s, uid: spec.UID, pid: cmd.Process.Pid}, nil
+		return cmd, &nsTree{pid: cmd.Process.Pid, conn: conn}, nil
 	})
 }
 
 // Process is a sandboxed process started by Start.
 type Process struct {
-	s   *Sandbox
-	uid uint32
-	cmd *exec.Cmd
-	eg  *egress // Allow's network, ended with the shell
+	cmd  *exec.Cmd
+	conn *helperConn
+	eg   *egress // Allow's network, ended with the shell
 }
 
 // Start starts spec, an interactive shell, on spec.TTY, which becomes its
@@ -209,37 +276,40 @@ func (s *Sandbox) Start(spec Spec) (*Process, error) {
 		return nil, err
 	}
 	is.JoinNetns = eg != nil
+	is.TTY = true // the shell, not the helper, takes it as its controlling terminal
 	cmd := s.helper()
 	cmd.ExtraFiles = eg.files()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.TTY, spec.TTY, spec.TTY
-	cmd.SysProcAttr.Setctty = true
-	cmd.SysProcAttr.Ctty = 0 // the child's stdin
-	if err := s.launch(cmd, is); err != nil {
+	conn, err := s.launch(cmd, is)
+	if err != nil {
 		eg.end()
 		return nil, err
 	}
-	return &Process{s: s, uid: spec.UID, cmd: cmd, eg: eg}, nil
+	return &Process{cmd: cmd, conn: conn, eg: eg}, nil
 }
 
-// Pid is the process id of the shell.
+// Pid is the process id of the shell's init helper, PID 1 of its
+// namespace: signals to it reach the shell's namespace (SIGTERM, SIGINT
+// and SIGHUP are passed on, SIGKILL ends all of it).
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
-// Wait waits for the shell to exit. It kills nothing else: other shells
-// and commands of the same uid may still be running, so what the shell
-// left behind is for the caller to end (its session's processes, or
-// KillAll of the uid when nothing of it should run). A non-zero exit is an
-// *exec.ExitError, which carries the exit code or signal. The shell's
-// network, under Allow, ends with it.
+// Wait waits for the shell to exit; what it left behind in its namespace
+// ends with it, and so does its network under Allow. Other shells and
+// commands of the same uid are not touched. A non-zero exit is an
+// *exec.ExitError: the exit code, 128 plus the signal's number when a
+// signal ended the shell, or the signal that killed the helper.
 func (p *Process) Wait() error {
 	defer p.eg.end()
-	return p.cmd.Wait()
+	err := p.cmd.Wait()
+	p.conn.close()
+	return err
 }
 
-// initSpec is what the init helper is told: everything it needs to set up
-// and exec the command.
+// initSpec is what the init helper is told: everything it needs to build
+// the jail and start the command.
 type initSpec struct {
 	UID, GID    uint32
-	Dir         string
+	Dir         string // inside the jail: /workspace or below
 	Argv        []string
 	Env         []string
 	DenyNetwork bool
@@ -247,14 +317,23 @@ type initSpec struct {
 	MaxProcs    uint64
 	MaxData     uint64   // RLIMIT_DATA; 0 leaves it (a memory cgroup limits instead)
 	Cgroups     []string // cgroup.procs files to join
+	// Host folders: the checkout, HOME and /tmp ("" is a tmpfs) of the
+	// session, and what is seen read-only.
+	Workspace, Home, Tmp string
+	ROPaths              []string
+	TTY                  bool // stdin is a terminal to make the controlling one
+	Probe                bool // build the jail, then exit: New's check
 }
 
-// initReply is the helper's report of a failure before exec. Success is
-// silence: the channel closes with the exec.
+// initReply is the helper's report: a failure before the command started
+// (Stage, Msg, Errno), then Started once it runs, then Signal when a
+// signal ended it.
 type initReply struct {
-	Stage string
-	Msg   string
-	Errno int
+	Stage   string
+	Msg     string
+	Errno   int
+	Started bool
+	Signal  int
 }
 
 // prepare checks spec and turns it into the helper's instructions.
@@ -263,8 +342,9 @@ func (s *Sandbox) prepare(spec Spec) (*initSpec, error) {
 	case !s.inRange(spec.UID) || !s.inRange(spec.GID):
 		return nil, fmt.Errorf("%w: uid %d / gid %d outside [%d, %d)", ErrBadSpec, spec.UID, spec.GID,
 			s.cfg.UIDBase, uint64(s.cfg.UIDBase)+uint64(s.cfg.UIDCount))
-	case !cleanAbs(spec.Dir) || !cleanAbs(spec.Home):
-		return nil, fmt.Errorf("%w: Dir and Home must be clean absolute paths", ErrBadSpec)
+	case !cleanAbs(spec.Dir) || !cleanAbs(spec.Home) || (spec.Workspace != "" && !cleanAbs(spec.Workspace)) ||
+		(spec.Tmp != "" && !cleanAbs(spec.Tmp)):
+		return nil, fmt.Errorf("%w: Dir, Workspace, Home and Tmp must be clean absolute paths", ErrBadSpec)
 	case len(spec.Argv) == 0 || spec.Argv[0] == "":
 		return nil, fmt.Errorf("%w: no command", ErrBadSpec)
 	case spec.Network != "" && spec.Network != Deny && spec.Network != Allow:
@@ -282,11 +362,23 @@ func (s *Sandbox) prepare(spec Spec) (*initSpec, error) {
 		}
 		term = e
 	}
+	if s.unavailable != nil {
+		return nil, s.unavailable
+	}
+	workspace := spec.Workspace
+	if workspace == "" {
+		workspace = spec.Dir
+	}
+	dir, ok := jailDir(workspace, spec.Dir)
+	if !ok {
+		return nil, fmt.Errorf("%w: Dir %s is not in Workspace %s", ErrBadSpec, spec.Dir, workspace)
+	}
 	is := &initSpec{
-		UID: spec.UID, GID: spec.GID, Dir: spec.Dir, Argv: spec.Argv,
-		Env:         []string{"PATH=" + cleanPath, "HOME=" + spec.Home, "LANG=C.UTF-8", term},
+		UID: spec.UID, GID: spec.GID, Dir: dir, Argv: spec.Argv,
+		Env:         []string{"PATH=" + s.path, "HOME=" + jailHome, "LANG=C.UTF-8", term},
 		DenyNetwork: spec.Network != Allow,
 		MaxProcs:    uint64(s.cfg.MaxProcs),
+		Workspace:   workspace, Home: spec.Home, Tmp: spec.Tmp, ROPaths: s.cfg.ROPaths,
 	}
 	if s.cg == nil {
 		is.MaxData = uint64(s.cfg.MaxMemory)
@@ -298,82 +390,109 @@ const cleanPath = "/usr/local/bin:/usr/bin:/bin"
 
 func cleanAbs(p string) bool { return filepath.IsAbs(p) && filepath.Clean(p) == p }
 
-// helper is the command that re-executes this binary as the init helper.
-// /proc/self/exe is the running binary even when its file was replaced by
-// an upgrade. The helper gets an environment of only the marker.
+// helper is the command that re-executes this binary as the init helper,
+// as PID 1 of new PID, mount, IPC and UTS namespaces. /proc/self/exe is
+// the running binary even when its file was replaced by an upgrade. The
+// helper gets an environment of only the marker.
 func (s *Sandbox) helper() *exec.Cmd {
 	return &exec.Cmd{
-		Path:        "/proc/self/exe",
-		Args:        []string{initArg0},
-		Env:         []string{initEnv + "=1"},
-		Dir:         "/",
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+		Path: "/proc/self/exe",
+		Args: []string{initArg0},
+		Env:  []string{initEnv + "=1"},
+		Dir:  "/",
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true,
+			Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS},
 	}
 }
 
+// helperConn is the server's end of the socket to a running helper.
+type helperConn struct {
+	f   *os.File
+	dec *json.Decoder
+}
+
+// signaled reads the helper's last word once it has exited: the signal
+// that ended the command, or 0.
+func (c *helperConn) signaled() syscall.Signal {
+	c.f.SetReadDeadline(time.Now().Add(drainWait))
+	var r initReply
+	if c.dec.Decode(&r) != nil {
+		return 0
+	}
+	return syscall.Signal(r.Signal)
+}
+
+func (c *helperConn) close() { c.f.Close() }
+
 // launch starts the helper, sends it is over a socket that becomes its
-// fd 3, and waits for the exec: the socket closes with nothing on it
-// (close-on-exec), or carries the helper's failure.
-func (s *Sandbox) launch(cmd *exec.Cmd, is *initSpec) error {
-	if s.cg != nil {
+// fd 3, and waits for its word that the command started, or its failure.
+// The socket stays open while the command runs, for the helper to say
+// which signal ended it.
+func (s *Sandbox) launch(cmd *exec.Cmd, is *initSpec) (*helperConn, error) {
+	if s.cg != nil && !is.Probe {
 		s.groups.RLock()
 		defer s.groups.RUnlock()
 		procs, err := s.cg.ensure(is.UID)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		is.Cgroups = procs
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("sandbox: socketpair: %w", err)
+		return nil, fmt.Errorf("sandbox: socketpair: %w", err)
 	}
 	// Non-blocking, so that os.File has deadlines.
 	if err := unix.SetNonblock(fds[0], true); err != nil {
 		unix.Close(fds[0])
 		unix.Close(fds[1])
-		return fmt.Errorf("sandbox: socketpair: %w", err)
+		return nil, fmt.Errorf("sandbox: socketpair: %w", err)
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "sandbox-init"), os.NewFile(uintptr(fds[1]), "sandbox-init")
-	defer ours.Close()
 	cmd.ExtraFiles = append([]*os.File{theirs}, cmd.ExtraFiles...)
 	err = cmd.Start()
 	theirs.Close()
 	if err != nil {
-		return fmt.Errorf("sandbox: start init helper: %w", err)
+		ours.Close()
+		// The clone itself failed: a namespace kind the kernel refuses.
+		return nil, fmt.Errorf("%w: new PID, mount, IPC and UTS namespaces: %w", ErrUnavailable, err)
 	}
 	ours.SetDeadline(time.Now().Add(startWait))
+	conn := &helperConn{f: ours, dec: json.NewDecoder(ours)}
 	// Without the newline json.Encoder adds: the helper's decoder stops at
-	// the closing brace, and a byte left unread when it execs makes the
+	// the closing brace, and a byte left unread in its socket makes the
 	// close a reset (ECONNRESET here) instead of the end of the stream.
 	spec, err := json.Marshal(is)
 	if err == nil {
 		_, err = ours.Write(spec)
 	}
-	var reply []byte
+	var r initReply
 	if err == nil {
-		reply, err = io.ReadAll(ours)
+		err = conn.dec.Decode(&r)
 	}
-	if err == nil && len(reply) == 0 {
-		return nil
+	if err == nil && r.Started {
+		ours.SetDeadline(time.Time{})
+		return conn, nil
 	}
+	ours.Close()
 	cmd.Process.Kill()
 	cmd.Wait()
 	if err != nil {
-		return fmt.Errorf("sandbox: init helper: %w", err)
-	}
-	var r initReply
-	if jerr := json.Unmarshal(reply, &r); jerr != nil {
-		return fmt.Errorf("sandbox: init helper: unreadable reply %q", reply)
+		return nil, fmt.Errorf("sandbox: init helper: %w", err)
 	}
 	ie := &initError{r}
-	if r.Stage == stageNetns {
-		return fmt.Errorf("%w: %w", ErrNetworkUnenforceable, ie)
+	switch r.Stage {
+	case stageNetns:
+		return nil, fmt.Errorf("%w: %w", ErrNetworkUnenforceable, ie)
+	case stageJail:
+		// In words only: the errno of a mount is the host's trouble, not
+		// a missing file of the person's.
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, ie)
 	}
 	if r.Stage == stageJoinNetns {
-		return fmt.Errorf("%w: %w", ErrNetworkUnavailable, ie)
+		return nil, fmt.Errorf("%w: %w", ErrNetworkUnavailable, ie)
 	}
-	return ie
+	return nil, ie
 }
 
 // initError is a failure the helper reported. It unwraps to its errno, so
@@ -391,20 +510,31 @@ func (e *initError) Unwrap() error {
 	return syscall.Errno(e.r.Errno)
 }
 
-// uidTree is a sandboxed command's tree: every process of its uid, and the
-// main process even while it is still root in the helper.
-type uidTree struct {
-	s   *Sandbox
-	uid uint32
-	pid int
+// nsTree is a sandboxed command's tree: its helper, PID 1 of the
+// command's PID namespace. The helper passes SIGTERM on to the namespace;
+// SIGKILL ends the helper and with it every process of the namespace, and
+// the helper turns zombie only once they are all gone.
+type nsTree struct {
+	pid  int
+	conn *helperConn
 }
 
-func (t *uidTree) signal(sig unix.Signal) {
-	unix.Kill(t.pid, sig)
-	signalUID(t.uid, sig)
+func (t *nsTree) signal(sig unix.Signal) { unix.Kill(t.pid, sig) }
+
+func (t *nsTree) kill(ctx context.Context) error {
+	return killLoop(ctx, func() (int, error) {
+		if state, _, ok := statOf(t.pid); !ok || !alive(state) {
+			return 0, nil
+		}
+		unix.Kill(t.pid, unix.SIGKILL)
+		return 1, nil
+	}, fmt.Sprintf("namespace of %d", t.pid))
 }
 
-func (t *uidTree) kill(ctx context.Context) error {
-	unix.Kill(t.pid, unix.SIGKILL)
-	return t.s.KillAll(ctx, t.uid)
+func (t *nsTree) signaled(wanted bool) syscall.Signal {
+	defer t.conn.close()
+	if !wanted {
+		return 0
+	}
+	return t.conn.signaled()
 }

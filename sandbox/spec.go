@@ -24,12 +24,19 @@ type Spec struct {
 	// UID and GID are unique to the session and lie in the configured
 	// range (Config.UIDBase, Config.UIDCount).
 	UID, GID uint32
-	Dir      string   // absolute working directory: the session checkout
-	Home     string   // absolute HOME of the session
-	Argv     []string // e.g. {"/bin/bash", "--noprofile", "--norc", "-c", cmd}; a bare name is found on the clean PATH
-	ExtraEnv []string // normally empty; only TERM=... is accepted (for shells)
-	Network  Network
-	Stdin    io.Reader // Run only; nil = /dev/null
+	// Workspace is the session's checkout on the host, seen read-write
+	// at /workspace; "" means Dir. Dir is the working directory, Workspace
+	// or a folder below it (/workspace/<folder> inside).
+	Workspace string
+	Dir       string
+	// Home and Tmp are the session's folders on the host, seen at
+	// /home/atelier (HOME) and /tmp; they last as long as the session. Tmp
+	// "" gives each command a small /tmp of its own in memory.
+	Home, Tmp string
+	Argv      []string // e.g. {"/bin/bash", "--noprofile", "--norc", "-c", cmd}; a bare name is found on the clean PATH
+	ExtraEnv  []string // normally empty; only TERM=... is accepted (for shells)
+	Network   Network
+	Stdin     io.Reader // Run only; nil = /dev/null
 	// TTY is a PTY slave for Start: it becomes stdin, stdout and stderr and
 	// the controlling terminal of a new session. The caller owns the PTY.
 	TTY *os.File
@@ -60,7 +67,6 @@ type Config struct {
 	// bytes, on the parent group (ATELIER_SANDBOX_MEMORY_TOTAL); 0 is half
 	// the host's memory. Without cgroups it does nothing.
 	MaxMemoryTotal int64
-	Log            *slog.Logger
 	// AllowNetworks are networks that Network Allow may reach although
 	// they are private, link-local or the host's own
 	// (ATELIER_SANDBOX_ALLOW_CIDRS). Loopback stays out of reach.
@@ -68,6 +74,15 @@ type Config struct {
 	// NetStack is the slirp4netns that Network Allow needs; "" looks on
 	// PATH and in /usr/bin. Without it, Allow is refused.
 	NetStack string
+	// ROPaths are the host's folders a command sees, read-only, at the
+	// same place (ATELIER_SANDBOX_RO_PATHS); nil means DefaultROPaths.
+	// Those missing on the host are left out; a symbolic link among them
+	// (/bin -> usr/bin) is made again inside.
+	ROPaths []string
+	// Path is added to the PATH inside (ATELIER_SANDBOX_PATH), after the
+	// usual folders and /usr/local/go/bin when the host has Go there.
+	Path []string
+	Log  *slog.Logger
 }
 
 // Defaults of Config.
@@ -103,4 +118,9 @@ var (
 	ErrSymlink       = errors.New("sandbox: a symbolic link is in the way")
 	// ErrDisk: a session's disk could not be made, mounted or removed.
 	ErrDisk = errors.New("sandbox: session disk")
+	// ErrUnavailable: the kernel lacks something the jail needs (a kind
+	// of namespace, pivot_root, a file system type). New logs which; no
+	// command runs.
+	ErrUnavailable = fault.New(fault.Unavailable, "sandbox_unavailable", "sandbox: this host cannot build the sandbox's jail",
+		"This server's host lacks a kernel feature the sandbox needs, so commands and terminals are off; the server's log at start says which.")
 )

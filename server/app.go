@@ -115,7 +115,6 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		return nil, err
 	}
 	codeSvc := code.NewService(ws, git, codeStore, store, log)
-	warnUnreachable(log, cfg.WorkspacesRoot, cfg.SandboxDir())
 	recorder := events.New(store, log)
 	cfg.Sandbox.Log = log
 	box, err := sandbox.New(cfg.Sandbox)
@@ -157,7 +156,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
 			MaxImportBytes: cfg.MaxImportBytes, MaxRawBytes: maxRawBytes},
 		edit: &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc,
-			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now},
+			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now, CommandHint: commandHint(box)},
 		maxImportBytes: cfg.MaxImportBytes,
 		inputBytes:     terms.Config().InputBytes,
 	}
@@ -167,6 +166,15 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	a.signIn = &handlers.Sessions{Render: render, Auth: authSvc, Cookies: a.cookies}
 	a.Handler = a.routes()
 	return a, nil
+}
+
+// commandHint is an example command that works in this host's sandbox:
+// Go's tests when Go is on the sandbox's PATH, else a listing.
+func commandHint(box *sandbox.Sandbox) string {
+	if box.Has("go") {
+		return "go test ./..."
+	}
+	return "ls -la"
 }
 
 // serverPaths are the folders a Local project must never overlap: the data
@@ -198,20 +206,4 @@ func (a *App) logRequests(c *gin.Context) {
 	c.Next()
 	a.log.Debug("request", "method", c.Request.Method, "path", c.Request.URL.Path,
 		"status", c.Writer.Status(), "duration", time.Since(start))
-}
-
-// warnUnreachable logs each folder above dirs that other users cannot pass
-// through: sessions' users must reach their checkouts below them, and their
-// commands fail until the folder is searchable (o+x).
-func warnUnreachable(log *slog.Logger, dirs ...string) {
-	for _, dir := range dirs {
-		for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
-			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
-				log.Warn("sandboxed commands cannot reach their checkouts: a folder on the way is not searchable by other users (chmod o+x)", "folder", d)
-			}
-			if d == filepath.Dir(d) {
-				break
-			}
-		}
-	}
 }

@@ -56,7 +56,7 @@ func TestCommandsBecomeEdits(t *testing.T) {
 		t.Fatalf("run: %d %s", res.StatusCode, readBody(res))
 	}
 	lines := strings.Split(strings.TrimSpace(out.Stdout), "\n")
-	if out.ExitCode != 3 || len(lines) != 3 || lines[0] != "typed" || !strings.HasSuffix(lines[1], "/session-"+strings.TrimPrefix(s.ID, "edit_")+"/checkout") || out.Stderr != "oops\n" {
+	if out.ExitCode != 3 || len(lines) != 3 || lines[0] != "typed" || lines[1] != "/workspace" || out.Stderr != "oops\n" {
 		t.Fatalf("result %+v", out)
 	}
 	uid, _ := strconv.ParseUint(lines[2], 10, 32)
@@ -197,16 +197,28 @@ func TestCommandsAreMetered(t *testing.T) {
 	}
 }
 
-// Ending a session kills its processes and removes its checkout and home.
+// Ending a session kills its processes and removes its checkout, home and
+// /tmp.
 func TestEndingRemovesTheSandbox(t *testing.T) {
 	needRoot(t)
 	h := newHarness(t)
 	owner, id := editable(t, h)
-	_, base := owner.session(id)
-	out, _ := owner.run(base, "pwd", "")
-	checkout := strings.TrimSpace(out.Stdout)
-	if _, err := os.Stat(checkout); err != nil {
-		t.Fatalf("checkout: %v", err)
+	s, base := owner.session(id)
+	if out, _ := owner.run(base, "pwd; echo left > /tmp/left-behind", ""); out.Stdout != "/workspace\n" {
+		t.Fatalf("pwd: %+v", out)
+	}
+	found, _ := filepath.Glob(filepath.Join(h.cfg.WorkspacesRoot, "*", "session-"+strings.TrimPrefix(s.ID, "edit_"), "checkout"))
+	if len(found) != 1 {
+		t.Fatalf("the session's checkout on the host: %q", found)
+	}
+	checkout := found[0]
+	home := filepath.Join(filepath.Dir(checkout), "home")
+	tmpFile := filepath.Join(filepath.Dir(checkout), "tmp", "left-behind")
+	if _, err := os.Stat(tmpFile); err != nil {
+		t.Fatalf("the command's /tmp file is not in the session's /tmp: %v", err)
+	}
+	if _, err := os.Stat(home); err != nil {
+		t.Fatalf("the session's home: %v", err)
 	}
 	fi, _ := os.Stat(checkout)
 	if st, ok := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o700 || !ok || st.Uid < h.cfg.Sandbox.UIDBase {
@@ -224,8 +236,8 @@ func TestEndingRemovesTheSandbox(t *testing.T) {
 		t.Fatalf("rebuilt checkout: %+v", out)
 	}
 	owner.post(base+"/discard", nil, jsonAccept)
-	// The session's folder holds its checkout and home.
-	for _, dir := range []string{checkout, filepath.Dir(checkout)} {
+	// The session's folder holds its checkout, home and /tmp.
+	for _, dir := range []string{checkout, home, tmpFile, filepath.Dir(checkout)} {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Fatalf("%s survived the end: %v", dir, err)
 		}

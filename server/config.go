@@ -31,7 +31,7 @@ type Config struct {
 	S3             storage.S3Config   // ATELIER_S3_*; empty Endpoint keeps objects in <data>/objects
 	MaxImportBytes int64              // ATELIER_IMPORT_MAX_BYTES: largest archive an import accepts
 	Sessions       editsession.Config // CODE_SESSION_IDLE_MS, CODE_SESSION_MAX_MS
-	Sandbox        sandbox.Config     // ATELIER_SANDBOX_UID_BASE, ATELIER_SANDBOX_UID_COUNT, ATELIER_SANDBOX_ALLOW_CIDRS
+	Sandbox        sandbox.Config     // ATELIER_SANDBOX_UID_BASE, _UID_COUNT, _ALLOW_CIDRS, _RO_PATHS, _PATH
 	SandboxCap     int64              // SANDBOX_MONTHLY_SECONDS: each project's default monthly cap
 	LocalRoots     []string           // ATELIER_LOCAL_ROOTS: where everyone but site admins may make Local projects
 	// SandboxMaxRunning (ATELIER_SANDBOX_MAX_RUNNING) bounds the commands
@@ -152,6 +152,17 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 				return cfg, fmt.Errorf("config: %s must be a whole number, got %q", v.name, raw)
 			}
 			v.set(n)
+		}
+	}
+	for name, list := range map[string]*[]string{"ATELIER_SANDBOX_RO_PATHS": &cfg.Sandbox.ROPaths, "ATELIER_SANDBOX_PATH": &cfg.Sandbox.Path} {
+		for _, p := range strings.Split(getenv(name), ":") {
+			if p == "" {
+				continue
+			}
+			if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+				return cfg, fmt.Errorf("config: %s lists absolute folders below / written plainly, separated by colons; got %q", name, p)
+			}
+			*list = append(*list, p)
 		}
 	}
 	for _, r := range strings.Split(getenv("ATELIER_LOCAL_ROOTS"), ":") {

@@ -64,13 +64,12 @@ func (c *clock) Advance(d time.Duration) {
 
 func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	t.Helper()
+	// 0700 all the way: sessions' commands see their checkouts through the
+	// sandbox's binds, never by walking down. (t.TempDir's own folder is
+	// 0700, the numbered one inside follows the umask.)
 	base := t.TempDir()
-	// Sessions' users must pass through to their checkouts in the data
-	// dir; t.TempDir makes its folders 0700.
-	for _, dir := range []string{filepath.Dir(base), base} {
-		if err := os.Chmod(dir, 0o711); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.Chmod(base, 0o700); err != nil {
+		t.Fatal(err)
 	}
 	cfg, err := LoadConfig(func(key string) string {
 		switch key {
@@ -89,7 +88,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	store, statements := dbtest.CountedStore(t)

@@ -122,7 +122,7 @@ func TestCreateContainerProject(t *testing.T) {
 	}
 	dir := filepath.Join(h.cfg.WorkspacesRoot, "twin")
 	fi, err := os.Stat(dir)
-	if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o711 {
+	if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("managed folder: %v %v", fi, err)
 	}
 

@@ -171,21 +171,21 @@ func (w *Workspaces) unsafe(loc Location, why string) error {
 	return fmt.Errorf("workspace: project %q: %s: %w", loc.DirName, why, ErrUnsafeRoot)
 }
 
-// CreateManaged creates the managed folder dirName under Root with mode 0711,
-// creating Root (also 0711) first when it is missing, and returns its path.
-// Only root writes or lists there; the search bit lets a session's
-// unprivileged user reach its own 0700 checkout inside. A folder that
+// CreateManaged creates the managed folder dirName under Root with mode 0700,
+// creating Root (also 0700) first when it is missing, and returns its path.
+// Only root goes there: a session's commands see their own checkout through
+// the sandbox's bind mount, never by walking down to it. A folder that
 // already exists is an error wrapping fs.ErrExist: a leftover from another
 // project is never adopted.
 func (w *Workspaces) CreateManaged(dirName string) (string, error) {
 	if !ValidDirName(dirName) {
 		return "", fmt.Errorf("workspace: folder name %q: %w", dirName, ErrBadDirName)
 	}
-	if err := os.MkdirAll(w.root, 0o711); err != nil {
+	if err := os.MkdirAll(w.root, 0o700); err != nil {
 		return "", fmt.Errorf("workspace: create root: %w", err)
 	}
 	dir := filepath.Join(w.root, dirName)
-	if err := os.Mkdir(dir, 0o711); err != nil {
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", fmt.Errorf("workspace: create managed folder %q: %w", dirName, err)
 	}
 	return dir, nil

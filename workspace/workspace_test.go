@@ -112,8 +112,8 @@ func TestCreateManaged(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !fi.IsDir() || fi.Mode().Perm() != 0o711 {
-			t.Errorf("%s: mode %v, want a 0711 directory", p, fi.Mode())
+		if !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: mode %v, want a 0700 directory", p, fi.Mode())
 		}
 	}
 	if got, err := w.ScopeRoot(Location{DirName: "app-1", Mode: Container}); err != nil || got != dir {

@@ -1,0 +1,175 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"atelier/sandbox"
+)
+
+// processesWith lists the pids of live processes whose command line holds
+// want, read on the host.
+func processesWith(want string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if strings.Contains(string(cmdline), want) && !strings.Contains(string(stat), ") Z ") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func eventually(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// Two people's sessions on one project, seen from the second one's
+// commands: nothing of the first's processes, /tmp or checkout, nothing of
+// the server's folders; a named user and the host's Go. The data dir is
+// 0700 all the way and the database is outside it, as with DATABASE_URL.
+func TestSandboxJailOverHTTP(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	for d := h.cfg.DataDir; d != filepath.Dir(os.TempDir()); d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err != nil || (d != os.TempDir() && fi.Mode().Perm() != 0o700) {
+			t.Fatalf("%s: %v %v; want 0700 folders up to the temporary dir", d, fi.Mode(), err)
+		}
+	}
+	a, id := editable(t, h)
+	b := h.user("other", false)
+	a.addMember(id, "other", "admin")
+	sa, baseA := a.session(id)
+	_, baseB := b.session(id)
+	if fi, err := os.Stat(h.cfg.WorkspacesRoot); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("workspaces root: %v %v; want 0700", fi.Mode(), err)
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var outA commandJSON
+	go func() {
+		defer wg.Done()
+		res := a.post(baseA+"/commands", map[string][]string{"command": {`echo a > /tmp/a-file; (exec -a "worker --token=sk-SECRET-A" sleep 4)`}}, jsonAccept)
+		if res.StatusCode == 200 {
+			outA = decode[commandJSON](t, res)
+		}
+	}()
+	if !eventually(10*time.Second, func() bool { return len(processesWith("sk-SECRET-A")) > 0 }) {
+		t.Fatal("a's command did not start")
+	}
+	out, res := b.run(baseB, "ps -eo args; ls -A /tmp", "")
+	if res.StatusCode != 200 || out.ExitCode != 0 {
+		t.Fatalf("b's ps: %d %+v", res.StatusCode, out)
+	}
+	if strings.Contains(out.Stdout, "SECRET") || strings.Contains(out.Stdout, "a-file") {
+		t.Errorf("b sees a's command or /tmp:\n%s", out.Stdout)
+	}
+	wg.Wait()
+	if outA.ExitCode != 0 {
+		t.Fatalf("a's command: %+v", outA)
+	}
+
+	checkoutA, _ := filepath.Glob(filepath.Join(h.cfg.WorkspacesRoot, "*", "edit-"+strings.TrimPrefix(sa.ID, "edit_")))
+	if len(checkoutA) != 1 {
+		t.Fatalf("a's checkout: %q", checkoutA)
+	}
+	local := t.TempDir() // stands for a Local project's folder
+	for _, path := range []string{h.cfg.DataDir, h.cfg.WorkspacesRoot, checkoutA[0], local, "/root", "/srv", "/var"} {
+		out, _ := b.run(baseB, "ls "+path, "")
+		if out.ExitCode == 0 || !strings.Contains(out.Stderr, "No such file") {
+			t.Errorf("b lists %s: %+v", path, out)
+		}
+	}
+	want := []string{"dev", "home", "proc", "tmp", "workspace"}
+	for _, p := range sandbox.DefaultROPaths {
+		if _, err := os.Lstat(p); err == nil {
+			want = append(want, strings.TrimPrefix(p, "/"))
+		}
+	}
+	slices.Sort(want)
+	out, _ = b.run(baseB, "ls -A /; id -un", "")
+	if got := strings.Fields(out.Stdout); !slices.Equal(got, append(want, "atelier")) {
+		t.Errorf("ls / and id -un: %q, want %q and atelier", got, want)
+	}
+	if _, err := os.Stat("/usr/local/go/bin/go"); err == nil {
+		if out, _ := b.run(baseB, "go version", ""); !strings.HasPrefix(out.Stdout, "go version go") {
+			t.Errorf("go version: %+v", out)
+		}
+		if page := readBody(b.get(baseB, header{})); !strings.Contains(page, `placeholder="go test ./..."`) {
+			t.Error("the command box does not suggest go test although Go is there")
+		}
+	}
+}
+
+// A terminal's background job lives through a one-shot command of the same
+// session that kills everything it can; ending the session ends both.
+func TestTerminalOutlivesACommand(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	_, base := owner.session(id)
+	term, res := owner.openTerminal(base)
+	if res.StatusCode != 201 {
+		t.Fatalf("open: %d %s", res.StatusCode, readBody(res))
+	}
+	owner.input(base, term.ID, 1, "sleep 500 & echo BG-$((1+1))\r")
+	_, last := owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream", "BG-2")
+	if !eventually(5*time.Second, func() bool { return len(processesWith("sleep\x00500")) == 1 }) {
+		t.Fatal("the terminal's sleep did not start")
+	}
+	if out, res := owner.run(base, "kill -9 -1; echo done", ""); res.StatusCode != 200 || out.Stdout != "done\n" {
+		t.Fatalf("command: %d %+v", res.StatusCode, out)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if len(processesWith("sleep\x00500")) != 1 {
+		t.Fatal("the one-shot command ended the terminal's sleep")
+	}
+	owner.input(base, term.ID, 2, "echo ALIVE-$((40+2))\r")
+	owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream?from="+last, "ALIVE-42")
+
+	owner.post(base+"/discard", nil, jsonAccept)
+	if !eventually(10*time.Second, func() bool { return len(processesWith("sleep\x00500")) == 0 }) {
+		t.Error("the terminal's sleep outlived the session")
+	}
+	waitClosed(t, h, term.ID, "the session's end")
+}
+
+// A host where the jail cannot be built (here: a read-only path that
+// cannot be opened) keeps serving: commands and terminals answer 503
+// sandbox_unavailable, never 500, and editing goes on.
+func TestSandboxUnavailableIs503(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t, func(c *Config) { c.Sandbox.ROPaths = []string{"/usr", "/etc/hostname/not-a-folder"} })
+	if !errors.Is(h.app.Sandbox.Unavailable(), sandbox.ErrUnavailable) {
+		t.Fatalf("Unavailable() = %v", h.app.Sandbox.Unavailable())
+	}
+	owner, id := editable(t, h)
+	_, base := owner.session(id)
+	_, res := owner.run(base, "true", "")
+	expectProblem(t, res, http.StatusServiceUnavailable, "sandbox_unavailable")
+	_, res = owner.openTerminal(base)
+	expectProblem(t, res, http.StatusServiceUnavailable, "sandbox_unavailable")
+	if res := owner.put(base, "still.txt", []byte("editing works\n"), nil); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("editing without a sandbox: %d", res.StatusCode)
+	}
+}
