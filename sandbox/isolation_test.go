@@ -384,25 +384,3 @@ func TestChecks(t *testing.T) {
 		}
 	}
 }
-
-// The helper reads its instructions in chunks of 512 bytes and more; a
-// message that ended exactly at a chunk's end once left a byte unread,
-// which turned the close at exec into a reset and the command into a start
-// failure.
-func TestInstructionsOfAnySizeStart(t *testing.T) {
-	sb := newSandbox(t, func(c *sandbox.Config) { c.CgroupRoot = "-" })
-	s := newSession(t, sb)
-	base, err := sandbox.InitSpecSize(sb, s.spec("true #"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, size := range []int{511, 512, 513, 1535, 1536, 1537} {
-		script := "true #" + strings.Repeat("x", size-base)
-		if got, _ := sandbox.InitSpecSize(sb, s.spec(script)); got != size {
-			t.Fatalf("padded instructions are %d bytes, want %d", got, size)
-		}
-		if res, err := s.run(t, script); err != nil || res.ExitCode != 0 {
-			t.Errorf("instructions of %d bytes: %+v, %v", size, res, err)
-		}
-	}
-}
