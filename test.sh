@@ -58,5 +58,19 @@ fi
 export ATELIER_MINIO="${ATELIER_MINIO:-$minio_bin/minio}"
 
 go vet ./...
+
+# Dead code fails the run: what nothing reaches, and what only tests reach
+# outside the packages that exist for tests. migrations.Down stays: the
+# migrations' up, down, up test needs it.
+deadcode="go run golang.org/x/tools/cmd/deadcode@v0.52.0"
+reached_by_nothing=$($deadcode -test ./...) || { say "deadcode could not run"; exit 1; }
+reached_by_tests_only=$($deadcode ./...) || { say "deadcode could not run"; exit 1; }
+dead=$(printf '%s\n%s\n' "$reached_by_nothing" "$reached_by_tests_only" |
+	grep -Ev '^$|^(pgembed/pgtest|storage/miniotest|storage/storagetest|internal/dbtest|internal/githttptest|internal/stacktest|internal/hostilegit)/|^migrations/migrations\.go:[0-9]+:[0-9]+: unreachable func: Down$' || true)
+if [ -n "$dead" ]; then
+	say "dead code (delete it, or call it):"
+	printf '%s\n' "$dead" >&2
+	exit 1
+fi
 go test -race -count=1 -timeout 20m ./...
 go test -run '^$' -fuzz FuzzCheckLexical -fuzztime 15s ./workspace

@@ -1,6 +1,6 @@
-// Package sandbox runs the processes Atelier starts: a person's commands
-// and shells as an unprivileged user unique to their session, and the
-// server's own tools (RunPlain), all through one bounded runner.
+// Package sandbox runs a person's commands and shells as an unprivileged
+// user unique to their session, each in a jail of its own, through one
+// bounded runner.
 //
 // # Init comes first in main
 //
@@ -79,6 +79,5 @@
 // output pipes cannot make Run hang, and nothing of the command outlives
 // it. For a sandboxed command the tree is its PID namespace, so the
 // session's other commands and shells live on; KillAll ends everything of
-// a uid, for the session's end. For RunPlain it is its session and
-// process group.
+// a uid, for the session's end.
 package sandbox

@@ -186,15 +186,6 @@ func hasUID(pid int, uid uint32) (ok, live bool) {
 	return ok, ok && alive(state)
 }
 
-// inSession reports whether process pid is in session sid and alive.
-func inSession(pid, sid int) (ok, live bool) {
-	state, s, found := statOf(pid)
-	if !found || s != sid {
-		return false, false
-	}
-	return true, alive(state)
-}
-
 // statOf reads the state and session of pid from /proc/PID/stat, whose
 // fields after the command name in parentheses are state, ppid, pgrp,
 // session.

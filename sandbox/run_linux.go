@@ -49,30 +49,6 @@ type signalReporter interface {
 // starter starts a command writing to stdout and stderr.
 type starter func(stdout, stderr *os.File) (*exec.Cmd, tree, error)
 
-// RunPlain runs argv without a sandbox, as the server's own user, through
-// the same runner as Sandbox.Run. It is for Atelier's own tools, never for
-// a person's command. A bare argv[0] is looked up on the server's PATH.
-// env is the whole environment: nil is an empty one, never the server's. The command starts a session of its own; when it
-// ends, or is stopped, every process of that session and its process group
-// is killed. A process that starts yet another session escapes that kill,
-// so tools that daemonize do not belong here.
-func RunPlain(ctx context.Context, argv []string, dir string, env []string, lim Limits) (*Result, error) {
-	if len(argv) == 0 || argv[0] == "" {
-		return nil, &RunError{Kind: Start, Partial: Result{ExitCode: -1}, Err: fmt.Errorf("%w: no command", ErrBadSpec)}
-	}
-	return run(ctx, lim, func(stdout, stderr *os.File) (*exec.Cmd, tree, error) {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Dir = dir
-		cmd.Env = append([]string{}, env...)
-		cmd.Stdout, cmd.Stderr = stdout, stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if err := cmd.Start(); err != nil {
-			return nil, nil, err
-		}
-		return cmd, sessionTree(cmd.Process.Pid), nil
-	})
-}
-
 // run is the one runner: it starts a command, collects its output within
 // lim, stops it at the timeout, on ctx's end or on overflow (SIGTERM, then
 // SIGKILL after termGrace), and after the main process has exited kills
@@ -229,31 +205,4 @@ func waitExited(pid int) {
 			return
 		}
 	}
-}
-
-// sessionTree is a plain command's tree: its session and process group,
-// both named by the main process's pid (Setsid).
-type sessionTree int
-
-func (t sessionTree) signal(sig unix.Signal) {
-	pid := int(t)
-	unix.Kill(pid, sig)
-	unix.Kill(-pid, sig)
-	scanProcs(func(p int) {
-		signalIf(p, sig, func() (bool, bool) { return inSession(p, pid) })
-	})
-}
-
-func (t sessionTree) kill(ctx context.Context) error {
-	pid := int(t)
-	return killLoop(ctx, func() (int, error) {
-		unix.Kill(-pid, unix.SIGKILL)
-		live := 0
-		err := scanProcs(func(p int) {
-			if signalIf(p, unix.SIGKILL, func() (bool, bool) { return inSession(p, pid) }) {
-				live++
-			}
-		})
-		return live, err
-	}, fmt.Sprintf("session %d", pid))
 }

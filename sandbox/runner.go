@@ -25,12 +25,6 @@ type Limits struct {
 	TimeoutExit int
 }
 
-// TerminalLimits are the limits of a person's command (ADR 0029): 120 s,
-// a timeout exits 124, each stream cut to its last 64 KiB.
-func TerminalLimits() Limits {
-	return Limits{Timeout: 120 * time.Second, MaxStream: 64 << 10, Tail: true, TimeoutExit: 124}
-}
-
 func (l Limits) withDefaults() Limits {
 	if l.Timeout <= 0 {
 		l.Timeout = DefaultTimeout

@@ -143,13 +143,6 @@ func (l *connListener) isTrusted(addr netip.Addr) bool {
 	return false
 }
 
-// openFrom is how many connections addr has open now.
-func (l *connListener) openFrom(addr netip.Addr) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.byAddr[addr]
-}
-
 func peerAddr(c net.Conn) netip.Addr {
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
 		return ap.Addr().Unmap()

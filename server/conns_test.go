@@ -336,3 +336,10 @@ func TestConnBudget(t *testing.T) {
 		t.Fatalf("budget of 1024 descriptors: %d", got)
 	}
 }
+
+// openFrom is how many connections addr has open now.
+func (l *connListener) openFrom(addr netip.Addr) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byAddr[addr]
+}
