@@ -75,12 +75,23 @@ func signIn(h *harness, username, password string) chromedp.Action[chromedp.Void
 }
 
 // shows waits until an element matching sel is on the page and displayed.
-// It asks the page itself instead of holding a node: htmx swaps the panels
-// of a session page whenever something changes, and a node found just
-// before a swap is gone when the browser is asked about it.
 func shows(sel string) chromedp.Action[chromedp.Void] {
-	poll := chromedp.Poll[bool](fmt.Sprintf(
+	return untilPage(fmt.Sprintf(
 		`(() => { const e = document.querySelector(%q); return !!e && e.getClientRects().length > 0 })()`, sel))
+}
+
+// showsText waits until the element matching sel holds text.
+func showsText(sel, text string) chromedp.Action[chromedp.Void] {
+	return untilPage(fmt.Sprintf(
+		`(() => { const e = document.querySelector(%q); return !!e && e.textContent.includes(%q) })()`, sel, text))
+}
+
+// untilPage waits until the JavaScript predicate holds. It asks the page
+// itself instead of holding a node: htmx swaps the panels of a session page
+// whenever something changes, and a node found just before a swap is gone
+// when the browser is asked about it.
+func untilPage(predicate string) chromedp.Action[chromedp.Void] {
+	poll := chromedp.Poll[bool](predicate)
 	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
 		for {
 			_, err := poll(ctx, t)
@@ -443,6 +454,9 @@ func TestBrowserCommand(t *testing.T) {
 		shows(`.command-result pre.stdout`),
 		shows(`#changes li.added[data-path="made.txt"]`),
 		shows(`#session-tree a[data-path="made.txt"]`),
+		// The history follows the command's end, when its time is settled.
+		showsText(`#command-history`, "echo made > made.txt"),
+		showsText(`#command-history`, "Sandbox time this month: 2 of 1200 min"),
 	)
 	if err != nil {
 		t.Fatalf("running from the box: %v; the page has %s", err, pageState(ctx))

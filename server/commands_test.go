@@ -43,6 +43,17 @@ func needRoot(t *testing.T) {
 	}
 }
 
+// hostCheckout is the session's checkout as the host sees it: what its
+// commands see as /workspace.
+func hostCheckout(t *testing.T, h *harness, sessionID string) string {
+	t.Helper()
+	found, _ := filepath.Glob(filepath.Join(h.cfg.WorkspacesRoot, "*", "session-"+strings.TrimPrefix(sessionID, "edit_"), "checkout"))
+	if len(found) != 1 {
+		t.Fatalf("the checkout of %s on the host: %q", sessionID, found)
+	}
+	return found[0]
+}
+
 func TestCommandsBecomeEdits(t *testing.T) {
 	needRoot(t)
 	h := newHarness(t)
@@ -207,11 +218,7 @@ func TestEndingRemovesTheSandbox(t *testing.T) {
 	if out, _ := owner.run(base, "pwd; echo left > /tmp/left-behind", ""); out.Stdout != "/workspace\n" {
 		t.Fatalf("pwd: %+v", out)
 	}
-	found, _ := filepath.Glob(filepath.Join(h.cfg.WorkspacesRoot, "*", "session-"+strings.TrimPrefix(s.ID, "edit_"), "checkout"))
-	if len(found) != 1 {
-		t.Fatalf("the session's checkout on the host: %q", found)
-	}
-	checkout := found[0]
+	checkout := hostCheckout(t, h, s.ID)
 	home := filepath.Join(filepath.Dir(checkout), "home")
 	tmpFile := filepath.Join(filepath.Dir(checkout), "tmp", "left-behind")
 	if _, err := os.Stat(tmpFile); err != nil {

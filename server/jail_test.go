@@ -89,12 +89,9 @@ func TestSandboxJailOverHTTP(t *testing.T) {
 		t.Fatalf("a's command: %+v", outA)
 	}
 
-	checkoutA, _ := filepath.Glob(filepath.Join(h.cfg.WorkspacesRoot, "*", "edit-"+strings.TrimPrefix(sa.ID, "edit_")))
-	if len(checkoutA) != 1 {
-		t.Fatalf("a's checkout: %q", checkoutA)
-	}
+	checkoutA := hostCheckout(t, h, sa.ID)
 	local := t.TempDir() // stands for a Local project's folder
-	for _, path := range []string{h.cfg.DataDir, h.cfg.WorkspacesRoot, checkoutA[0], local, "/root", "/srv", "/var"} {
+	for _, path := range []string{h.cfg.DataDir, h.cfg.WorkspacesRoot, checkoutA, local, "/root", "/srv", "/var"} {
 		out, _ := b.run(baseB, "ls "+path, "")
 		if out.ExitCode == 0 || !strings.Contains(out.Stderr, "No such file") {
 			t.Errorf("b lists %s: %+v", path, out)

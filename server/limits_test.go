@@ -22,19 +22,19 @@ func TestSandboxBusyBeyondMaxRunning(t *testing.T) {
 	owner, id := editable(t, h)
 	other := h.user("other", false)
 	owner.addMember(id, "other", "admin")
-	_, base := owner.session(id)
+	s1, base := owner.session(id)
 	s2, _ := other.openSession(id)
 	otherBase := "/projects/" + itoa(id) + "/sessions/" + s2.ID
 	var checkouts []string
 	for _, run := range []struct {
 		c    *client
 		base string
-	}{{owner, base}, {other, otherBase}} {
-		out, res := run.c.run(run.base, "pwd", "")
-		if res.StatusCode != http.StatusOK {
-			t.Fatalf("pwd: %d %s", res.StatusCode, readBody(res))
+		id   string
+	}{{owner, base, s1.ID}, {other, otherBase, s2.ID}} {
+		if _, res := run.c.run(run.base, "true", ""); res.StatusCode != http.StatusOK {
+			t.Fatalf("first command: %d %s", res.StatusCode, readBody(res))
 		}
-		checkouts = append(checkouts, strings.TrimSpace(out.Stdout))
+		checkouts = append(checkouts, hostCheckout(t, h, run.id))
 	}
 
 	var wg sync.WaitGroup
@@ -83,9 +83,9 @@ func TestSessionDiskBound(t *testing.T) {
 	const size = 64 << 20
 	h := newHarness(t, func(c *Config) { c.SandboxDiskBytes = size })
 	owner, id := editable(t, h)
-	_, base := owner.session(id)
+	s, base := owner.session(id)
 	before := freeOf(t, h.cfg.DataDir)
-	out, res := owner.run(base, `head -c 200M /dev/zero > big; echo "exit $?"; head -c 1M /dev/zero > "$HOME/more"; echo "exit $?"; pwd`, "")
+	out, res := owner.run(base, `head -c 200M /dev/zero > big; echo "exit $?"; head -c 1M /dev/zero > "$HOME/more"; echo "exit $?"`, "")
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("run: %d %s", res.StatusCode, readBody(res))
 	}
@@ -95,8 +95,7 @@ func TestSessionDiskBound(t *testing.T) {
 	if used := before - freeOf(t, h.cfg.DataDir); used > size+8<<20 {
 		t.Errorf("the host gave %d bytes to a session's %d byte disk", used, size)
 	}
-	lines := strings.Split(strings.TrimSpace(out.Stdout), "\n")
-	top := filepath.Dir(lines[len(lines)-1])
+	top := filepath.Dir(hostCheckout(t, h, s.ID))
 	if images, _ := filepath.Glob(filepath.Join(h.cfg.SandboxDiskDir(), "*.img")); len(images) != 1 {
 		t.Fatalf("images of one session: %v", images)
 	}
