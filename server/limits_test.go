@@ -76,7 +76,7 @@ func TestSandboxBusyBeyondMaxRunning(t *testing.T) {
 }
 
 // A session's disk is bounded: writing past it fails with ENOSPC in the
-// checkout and in HOME, the host's file system gives it no more than its
+// checkout, in HOME and in /tmp, the host's file system gives it no more than its
 // size, and its image goes with the session.
 func TestSessionDiskBound(t *testing.T) {
 	needRoot(t)
@@ -85,11 +85,11 @@ func TestSessionDiskBound(t *testing.T) {
 	owner, id := editable(t, h)
 	s, base := owner.session(id)
 	before := freeOf(t, h.cfg.DataDir)
-	out, res := owner.run(base, `head -c 200M /dev/zero > big; echo "exit $?"; head -c 1M /dev/zero > "$HOME/more"; echo "exit $?"`, "")
+	out, res := owner.run(base, `head -c 200M /dev/zero > big; echo "exit $?"; head -c 1M /dev/zero > "$HOME/more"; echo "exit $?"; head -c 1M /dev/zero > /tmp/more; echo "exit $?"`, "")
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("run: %d %s", res.StatusCode, readBody(res))
 	}
-	if strings.Count(out.Stderr, "No space left on device") != 2 || strings.Count(out.Stdout, "exit 1\n") != 2 {
+	if strings.Count(out.Stderr, "No space left on device") != 3 || strings.Count(out.Stdout, "exit 1\n") != 3 {
 		t.Errorf("writing past a %d byte disk: %+v", size, out)
 	}
 	if used := before - freeOf(t, h.cfg.DataDir); used > size+8<<20 {
