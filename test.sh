@@ -41,6 +41,10 @@ command -v unshare >/dev/null || apt_install util-linux
 # a bare devtmpfs (containers, small VMs) leaves it 0600.
 command -v slirp4netns >/dev/null || apt_install slirp4netns
 command -v ip >/dev/null || apt_install iproute2
+# The seccomp tests make system calls directly through python3's ctypes;
+# session disks are ext4 images made by mkfs.ext4.
+[ -x /usr/bin/python3 ] || apt_install python3
+command -v mkfs.ext4 >/dev/null || apt_install e2fsprogs
 if [ "$(id -u)" = 0 ] && [ -c /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" != 666 ]; then
 	chmod 0666 /dev/net/tun
 fi
