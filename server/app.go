@@ -19,6 +19,7 @@ import (
 	"atelier/events"
 	"atelier/gitsvc"
 	"atelier/handlers"
+	"atelier/limits"
 	"atelier/meter"
 	"atelier/models"
 	"atelier/projects"
@@ -60,6 +61,7 @@ type App struct {
 
 	maxImportBytes int64
 	inputBytes     int
+	streams        *limits.Gate[int64] // open event streams per account
 }
 
 // newInstanceID names this process: a restarted server is a new instance,
@@ -158,6 +160,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now},
 		maxImportBytes: cfg.MaxImportBytes,
 		inputBytes:     terms.Config().InputBytes,
+		streams:        limits.NewStreams(),
 	}
 	a.signIn = &handlers.Sessions{Render: render, Auth: authSvc, Cookies: a.cookies}
 	a.Handler = a.routes()
