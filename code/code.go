@@ -6,13 +6,11 @@
 package code
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	"atelier/fault"
 	"atelier/gitsvc"
@@ -159,12 +157,14 @@ func (s *Service) Read(ctx context.Context, p *models.Project, path string) (Fil
 	return f, nil
 }
 
-// Raw streams the file's bytes for download, up to max bytes.
-func (s *Service) Raw(ctx context.Context, p *models.Project, path string, max int64) (io.ReadCloser, int64, error) {
+// Raw opens the file for download, with its size. The bytes are streamed
+// from the folder, the object store or git, never read whole into memory.
+// A reader that also implements io.Seeker can serve ranges.
+func (s *Service) Raw(ctx context.Context, p *models.Project, path string) (io.ReadCloser, int64, error) {
+	if err := workspace.CheckRelPath(path); err != nil {
+		return nil, 0, err
+	}
 	if p.WorkspaceMode == models.ModeLocal {
-		if err := workspace.CheckRelPath(path); err != nil {
-			return nil, 0, err
-		}
 		l, err := s.ws.OpenLocal(projects.Location(p))
 		if err != nil {
 			return nil, 0, err
@@ -174,13 +174,13 @@ func (s *Service) Raw(ctx context.Context, p *models.Project, path string, max i
 		if err != nil {
 			return nil, 0, err
 		}
-		return &limitedFile{Reader: io.LimitReader(f, max), f: f}, min(size, max), nil
+		return f, size, nil
 	}
-	data, size, err := s.read(ctx, p, path, max)
+	src, err := s.source(p)
 	if err != nil {
 		return nil, 0, err
 	}
-	return io.NopCloser(bytes.NewReader(data)), min(size, max), nil
+	return s.store.Open(ctx, src, path)
 }
 
 func (s *Service) read(ctx context.Context, p *models.Project, path string, max int64) ([]byte, int64, error) {
@@ -253,10 +253,3 @@ func isBinary(data []byte) bool {
 	}
 	return false
 }
-
-type limitedFile struct {
-	io.Reader
-	f *os.File
-}
-
-func (l *limitedFile) Close() error { return l.f.Close() }

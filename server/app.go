@@ -75,10 +75,6 @@ func newInstanceID() string {
 // cachedTrees is how many parsed tree objects stay in memory (a few KiB each).
 const cachedTrees = 20_000
 
-// maxRawBytes bounds one download from a Container project, which is read
-// into memory from the object store.
-const maxRawBytes = 256 << 20
-
 // openObjects opens the configured object store: S3 when an endpoint is
 // set, else a folder in the data dir.
 func openObjects(ctx context.Context, cfg Config) (storage.ObjectStore, error) {
@@ -155,7 +151,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		projects:     &handlers.Projects{Render: render, Projects: projectSvc},
 		users:        &handlers.Users{Render: render, Auth: authSvc, Store: store},
 		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
-			MaxImportBytes: cfg.MaxImportBytes, MaxRawBytes: maxRawBytes},
+			MaxImportBytes: cfg.MaxImportBytes},
 		edit: &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc,
 			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now},
 		maxImportBytes: cfg.MaxImportBytes,
