@@ -218,3 +218,32 @@ func TestRawDownloadsStreamLocal(t *testing.T) {
 		t.Fatalf("range: %d %q", ranged.StatusCode, got)
 	}
 }
+
+// TestImportOfLargeFilesStreams: importing an archive of several files of
+// more than 100 MiB, and publishing them to the object store, holds none
+// of them in memory.
+func TestImportOfLargeFilesStreams(t *testing.T) {
+	h := newHarness(t)
+	owner := h.user("owner", false)
+	id := owner.createProject("large")
+	const size = 150 << 20
+	names := []string{"a.bin", "b.bin", "c.bin"}
+	archive := bigArchive(t, size, names...)
+	peak, allocated := heapGrowth(func() {
+		if res := owner.upload(id, "large.tar.gz", archive, jsonAccept); res.StatusCode != http.StatusOK {
+			t.Fatalf("import: %d %s", res.StatusCode, readBody(res))
+		}
+	})
+	t.Logf("import and publish of %d files of %d MiB: heap in use rose %d MiB at most, %d MiB allocated",
+		len(names), size>>20, peak>>20, allocated>>20)
+	if peak > 96<<20 || allocated > 192<<20 {
+		t.Fatalf("heap rose %d MiB and %d MiB were allocated for %d files of %d MiB: files are held in memory",
+			peak>>20, allocated>>20, len(names), size>>20)
+	}
+	for _, name := range names {
+		_, blob := sums(bigFile(name, size), size)
+		if fi, err := os.Stat(filepath.Join(h.cfg.ObjectsDir(), "blobs", blob[:2], blob)); err != nil || fi.Size() != size {
+			t.Fatalf("%s was not published whole: %v", name, err)
+		}
+	}
+}
