@@ -14,6 +14,7 @@ import (
 
 	"atelier/fault"
 	"atelier/gitsvc"
+	"atelier/limits"
 	"atelier/models"
 	"atelier/projects"
 	"atelier/storage/codestore"
@@ -38,16 +39,32 @@ const binarySniff = 8000
 
 // Service reads and imports project code.
 type Service struct {
-	ws    *workspace.Workspaces
-	git   *gitsvc.Service
-	store *codestore.Store
-	db    *models.Store
-	log   *slog.Logger
+	ws      *workspace.Workspaces
+	git     *gitsvc.Service
+	store   *codestore.Store
+	db      *models.Store
+	log     *slog.Logger
+	limits  ImportLimits
+	running *limits.Gate[int64] // imports running, by project
+}
+
+// ImportLimits bound imports, each of which holds a git process, an
+// upload and a publish; zero fields take the defaults.
+type ImportLimits struct {
+	Running int // imports running at once on the instance (one per project); 2
+	PerHour int // imports one person may start in an hour; 30
 }
 
 // NewService returns a Service.
-func NewService(ws *workspace.Workspaces, git *gitsvc.Service, store *codestore.Store, db *models.Store, log *slog.Logger) *Service {
-	return &Service{ws: ws, git: git, store: store, db: db, log: log}
+func NewService(ws *workspace.Workspaces, git *gitsvc.Service, store *codestore.Store, db *models.Store, log *slog.Logger, il ImportLimits) *Service {
+	if il.Running <= 0 {
+		il.Running = 2
+	}
+	if il.PerHour <= 0 {
+		il.PerHour = 30
+	}
+	return &Service{ws: ws, git: git, store: store, db: db, log: log, limits: il,
+		running: limits.NewGate[int64](1, il.Running, ErrImportBusy)}
 }
 
 // Entry is one item of a folder listing.

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Kind is what sort of failure an error is. Each kind is answered with
@@ -38,6 +39,9 @@ type Fault struct {
 	Reason  string // machine-readable, stable: clients switch on it
 	Message string // one or more sentences, ending in a full stop
 	Hint    string // how to fix it, or ""
+	// RetryAfter, when set, is how long until trying again may work; it is
+	// sent as the Retry-After header.
+	RetryAfter time.Duration
 }
 
 // Error is an error that knows how a person should see it. Domain errors,
@@ -111,4 +115,16 @@ func phraseOf(message string) string {
 		s = string(s[0]-'A'+'a') + s[1:]
 	}
 	return s
+}
+
+// WithRetryAfter is err, as a person sees it, with how long until trying
+// again may work. errors.Is still finds err.
+func WithRetryAfter(err error, d time.Duration) error {
+	var fe Error
+	if !errors.As(err, &fe) {
+		return err
+	}
+	f := fe.Fault()
+	f.RetryAfter = d
+	return &detailed{err: err, fault: f}
 }

@@ -111,7 +111,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
-	codeSvc := code.NewService(ws, git, codeStore, store, log)
+	codeSvc := code.NewService(ws, git, codeStore, store, log, code.ImportLimits{Running: cfg.ImportsMax, PerHour: cfg.ImportsPerHour})
 	warnUnreachable(log, cfg.WorkspacesRoot, cfg.SandboxDir())
 	recorder := events.New(store, log)
 	cfg.Sandbox.Log = log
@@ -132,7 +132,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	// An ending session's shells close first, then its processes and
 	// checkout go.
 	sessionSvc := editsession.New(store, git, codeStore, ws, recorder, sessionCfg, now, log, shells, runtime)
-	projectSvc := projects.NewService(store, ws, git, codeStore, sessionSvc, now, log)
+	projectSvc := projects.NewService(store, ws, git, codeStore, sessionSvc, now, log, cfg.MaxProjects)
 	a := &App{
 		Auth:         authSvc,
 		Projects:     projectSvc,
