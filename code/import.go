@@ -150,9 +150,12 @@ func (s *Service) admitImport(ctx context.Context, acc *projects.Access, in Impo
 	if in.Archive == nil {
 		what = gitsvc.SanitizeURL(in.Source)
 	}
-	data, _ := json.Marshal(map[string]string{"from": what})
-	pid, uid := acc.Project.ID, acc.User.ID
-	admitted, wait, err := s.db.AddEventWithin(ctx, &models.Event{Type: importEvent, ProjectID: &pid, ActorID: &uid, Data: data},
+	// The project goes in the data, not in project_id: deleting the
+	// project would take the row with it, and a person could create,
+	// import and delete their way past the bound.
+	data, _ := json.Marshal(map[string]any{"project": acc.Project.ID, "from": what})
+	uid := acc.User.ID
+	admitted, wait, err := s.db.AddEventWithin(ctx, &models.Event{Type: importEvent, ActorID: &uid, Data: data},
 		time.Hour, s.limits.PerHour)
 	if err == nil && !admitted {
 		err = fault.WithRetryAfter(ErrTooManyImports, max(wait, time.Second))

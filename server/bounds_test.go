@@ -99,9 +99,15 @@ func TestImportsPerHourAreBounded(t *testing.T) {
 	if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || s < 3500 || s > 3600 {
 		t.Fatalf("Retry-After %q, want about an hour in seconds", res.Header.Get("Retry-After"))
 	}
-	// A git source counts the same.
+	// A git source counts the same, and so does a fresh project: deleting
+	// the old one forgets nothing.
 	res = owner.post("/projects/"+itoa(id)+"/import", url.Values{"source": {"https://example.com/x.git"}}, jsonAccept)
 	expectProblem(t, res, http.StatusTooManyRequests, "too_many_imports")
+	if res := owner.del("/projects/"+itoa(id), jsonAccept); res.StatusCode >= 300 {
+		t.Fatalf("delete: %d %s", res.StatusCode, readBody(res))
+	}
+	fresh := owner.createProject("fresh")
+	expectProblem(t, owner.upload(fresh, "a.tar.gz", smallArchive(t, "again"), jsonAccept), http.StatusTooManyRequests, "too_many_imports")
 
 	other := h.user("other", false)
 	theirs := other.createProject("theirs")
