@@ -6,16 +6,15 @@
 package code
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	"atelier/fault"
 	"atelier/gitsvc"
+	"atelier/limits"
 	"atelier/models"
 	"atelier/projects"
 	"atelier/storage/codestore"
@@ -40,16 +39,32 @@ const binarySniff = 8000
 
 // Service reads and imports project code.
 type Service struct {
-	ws    *workspace.Workspaces
-	git   *gitsvc.Service
-	store *codestore.Store
-	db    *models.Store
-	log   *slog.Logger
+	ws      *workspace.Workspaces
+	git     *gitsvc.Service
+	store   *codestore.Store
+	db      *models.Store
+	log     *slog.Logger
+	limits  ImportLimits
+	running *limits.Gate[int64] // imports running, by project
+}
+
+// ImportLimits bound imports, each of which holds a git process, an
+// upload and a publish; zero fields take the defaults.
+type ImportLimits struct {
+	Running int // imports running at once on the instance (one per project); 2
+	PerHour int // imports one person may start in an hour; 30
 }
 
 // NewService returns a Service.
-func NewService(ws *workspace.Workspaces, git *gitsvc.Service, store *codestore.Store, db *models.Store, log *slog.Logger) *Service {
-	return &Service{ws: ws, git: git, store: store, db: db, log: log}
+func NewService(ws *workspace.Workspaces, git *gitsvc.Service, store *codestore.Store, db *models.Store, log *slog.Logger, il ImportLimits) *Service {
+	if il.Running <= 0 {
+		il.Running = 2
+	}
+	if il.PerHour <= 0 {
+		il.PerHour = 30
+	}
+	return &Service{ws: ws, git: git, store: store, db: db, log: log, limits: il,
+		running: limits.NewGate[int64](1, il.Running, ErrImportBusy)}
 }
 
 // Entry is one item of a folder listing.
@@ -159,12 +174,14 @@ func (s *Service) Read(ctx context.Context, p *models.Project, path string) (Fil
 	return f, nil
 }
 
-// Raw streams the file's bytes for download, up to max bytes.
-func (s *Service) Raw(ctx context.Context, p *models.Project, path string, max int64) (io.ReadCloser, int64, error) {
+// Raw opens the file for download, with its size. The bytes are streamed
+// from the folder, the object store or git, never read whole into memory.
+// A reader that also implements io.Seeker can serve ranges.
+func (s *Service) Raw(ctx context.Context, p *models.Project, path string) (io.ReadCloser, int64, error) {
+	if err := workspace.CheckRelPath(path); err != nil {
+		return nil, 0, err
+	}
 	if p.WorkspaceMode == models.ModeLocal {
-		if err := workspace.CheckRelPath(path); err != nil {
-			return nil, 0, err
-		}
 		l, err := s.ws.OpenLocal(projects.Location(p))
 		if err != nil {
 			return nil, 0, err
@@ -174,13 +191,13 @@ func (s *Service) Raw(ctx context.Context, p *models.Project, path string, max i
 		if err != nil {
 			return nil, 0, err
 		}
-		return &limitedFile{Reader: io.LimitReader(f, max), f: f}, min(size, max), nil
+		return f, size, nil
 	}
-	data, size, err := s.read(ctx, p, path, max)
+	src, err := s.source(p)
 	if err != nil {
 		return nil, 0, err
 	}
-	return io.NopCloser(bytes.NewReader(data)), min(size, max), nil
+	return s.store.Open(ctx, src, path)
 }
 
 func (s *Service) read(ctx context.Context, p *models.Project, path string, max int64) ([]byte, int64, error) {
@@ -253,10 +270,3 @@ func isBinary(data []byte) bool {
 	}
 	return false
 }
-
-type limitedFile struct {
-	io.Reader
-	f *os.File
-}
-
-func (l *limitedFile) Close() error { return l.f.Close() }

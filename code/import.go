@@ -2,9 +2,11 @@ package code
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"atelier/fault"
 	"atelier/gitsvc"
@@ -17,7 +19,16 @@ var (
 	ErrNothingToImport = fault.New(fault.BadInput, "nothing_to_import", "code: send an archive (.tar.gz or .zip) or a git source to import", "Send an archive (.tar.gz or .zip) or a git source to import.")
 	// ErrSourceFailed is a git source that could not be fetched.
 	ErrSourceFailed = fault.New(fault.Upstream, "source_failed", "code: the git source could not be fetched", "The git source could not be fetched.")
+	// ErrImportBusy is an import while the project has one running, or the
+	// instance as many as it allows.
+	ErrImportBusy = fault.New(fault.Limit, "import_busy", "code: an import is running; try again when it is done", "An import of this project is running, or the server runs as many as it allows; try again when it is done.")
+	// ErrTooManyImports is an import past a person's hourly bound.
+	ErrTooManyImports = fault.New(fault.Limit, "too_many_imports", "code: you started as many imports as an hour allows", "You started as many imports as an hour allows; try again later.")
 )
+
+// importEvent is the event each admitted import leaves in the log; the
+// hourly bound counts them.
+const importEvent = "code.import"
 
 // ImportInput is an uploaded archive or a git source to clone.
 type ImportInput struct {
@@ -38,6 +49,14 @@ func (s *Service) Import(ctx context.Context, acc *projects.Access, in ImportInp
 	if p.Archived() {
 		return "", projects.ErrArchived
 	}
+	if in.Archive == nil && in.Source == "" {
+		return "", ErrNothingToImport
+	}
+	release, err := s.admitImport(ctx, acc, in)
+	if err != nil {
+		return "", err
+	}
+	defer release()
 	repo, err := s.git.OpenBare(projects.CanonicalName(p.ID))
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrNoCanonical, err)
@@ -115,4 +134,35 @@ func (s *Service) Import(ctx context.Context, acc *projects.Access, in ImportInp
 		s.log.Warn("imported commit not published", "project", p.ID, "commit", commit, "err", err)
 	}
 	return commit, nil
+}
+
+// admitImport takes the project's import place and counts the import
+// against the person's hourly bound, site admins included: an import
+// costs the server the same whoever starts it, and the operator raises the
+// bound when people need more. The place is taken first, so an import
+// refused as busy does not use up the hour.
+func (s *Service) admitImport(ctx context.Context, acc *projects.Access, in ImportInput) (release func(), err error) {
+	release, err = s.running.Enter(acc.Project.ID)
+	if err != nil {
+		return nil, err
+	}
+	what := in.Filename
+	if in.Archive == nil {
+		what = gitsvc.SanitizeURL(in.Source)
+	}
+	// The project goes in the data, not in project_id: deleting the
+	// project would take the row with it, and a person could create,
+	// import and delete their way past the bound.
+	data, _ := json.Marshal(map[string]any{"project": acc.Project.ID, "from": what})
+	uid := acc.User.ID
+	admitted, wait, err := s.db.AddEventWithin(ctx, &models.Event{Type: importEvent, ActorID: &uid, Data: data},
+		time.Hour, s.limits.PerHour)
+	if err == nil && !admitted {
+		err = fault.WithRetryAfter(ErrTooManyImports, max(wait, time.Second))
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
 }

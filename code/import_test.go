@@ -45,12 +45,12 @@ func newEnv(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	// No session ender: this service only creates the project.
-	p, err := projects.NewService(st.DB, st.WS, st.Git, st.Code, nil, time.Now, st.Log).Create(ctx, user, projects.CreateInput{Name: "imports"})
+	p, err := projects.NewService(st.DB, st.WS, st.Git, st.Code, nil, time.Now, st.Log, 0).Create(ctx, user, projects.CreateInput{Name: "imports"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &env{
-		code:   code.NewService(st.WS, st.Git, st.Code, st.DB, st.Log),
+		code:   code.NewService(st.WS, st.Git, st.Code, st.DB, st.Log, code.ImportLimits{}),
 		acc:    &projects.Access{Project: p, User: user, Role: auth.RoleOwner},
 		gitDir: filepath.Join(st.Dir, "git", projects.CanonicalName(p.ID)+".git"),
 		base:   st.Dir,

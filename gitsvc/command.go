@@ -176,12 +176,13 @@ func isNotRepository(err error) bool {
 
 // runOpts says where and how a command runs.
 type runOpts struct {
-	repo     *Repo     // run in this repository (--git-dir)
-	workTree string    // with repo: --work-tree, also the working directory
-	dir      string    // without repo: the working directory; discovery stops there
-	env      []string  // added to the fixed environment
-	stdin    io.Reader // default: empty
-	stdout   io.Writer // streams stdout here instead of returning it (no MaxOutput limit)
+	repo     *Repo         // run in this repository (--git-dir)
+	workTree string        // with repo: --work-tree, also the working directory
+	dir      string        // without repo: the working directory; discovery stops there
+	env      []string      // added to the fixed environment
+	stdin    io.Reader     // default: empty
+	stdout   io.Writer     // streams stdout here instead of returning it (no MaxOutput limit)
+	timeout  time.Duration // instead of Config.Timeout, for a stream as long as its reader
 	// config are "key=value" settings given with -c, after the fixed ones.
 	config []string
 	// extraFiles are inherited by git as fd 3 onwards.
@@ -304,6 +305,9 @@ func (s *Service) run(ctx context.Context, c *command, o runOpts) ([]byte, error
 		return nil, c.err
 	}
 	timeout := s.timeout
+	if o.timeout > 0 {
+		timeout = o.timeout
+	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path"
 	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -28,8 +29,6 @@ type Code struct {
 	Code     *code.Service
 	// MaxImportBytes bounds an uploaded archive.
 	MaxImportBytes int64
-	// MaxRawBytes bounds a download from a Container project.
-	MaxRawBytes int64
 }
 
 type codePageView struct {
@@ -131,13 +130,15 @@ func (h *Code) file(c *gin.Context, acc *projects.Access, p string) (*fileView, 
 
 // Raw serves a file's bytes. They are never interpreted in our origin: no
 // sniffing, and a sandbox CSP, so an uploaded HTML page cannot run here.
+// The file streams from where it lives; a seekable one (a Local file, the
+// local object store's) answers Range requests too.
 func (h *Code) Raw(c *gin.Context) error {
 	acc, err := h.open(c)
 	if err != nil {
 		return err
 	}
 	p := c.Query("path")
-	rc, size, err := h.Code.Raw(c.Request.Context(), acc.Project, p, h.MaxRawBytes)
+	rc, size, err := h.Code.Raw(c.Request.Context(), acc.Project, p)
 	if err != nil {
 		return err
 	}
@@ -145,13 +146,17 @@ func (h *Code) Raw(c *gin.Context) error {
 	w := c.Writer.Header()
 	w.Set("X-Content-Type-Options", "nosniff")
 	w.Set("Content-Security-Policy", "sandbox")
-	w.Set("Content-Length", strconv.FormatInt(size, 10))
-	w.Set("Content-Type", "application/octet-stream")
+	w.Set("Content-Type", "application/octet-stream") // set, so ServeContent does not sniff
 	disposition := "inline"
 	if c.Query("download") != "" {
 		disposition = "attachment"
 	}
 	w.Set("Content-Disposition", fmt.Sprintf("%s; filename=%q", disposition, path.Base(p)))
+	if rs, ok := rc.(io.ReadSeeker); ok {
+		http.ServeContent(c.Writer, c.Request, "", time.Time{}, rs)
+		return nil
+	}
+	w.Set("Content-Length", strconv.FormatInt(size, 10))
 	c.Status(http.StatusOK)
 	_, err = io.Copy(c.Writer, rc)
 	return err // the status is sent; a failure here only cuts the body

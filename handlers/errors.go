@@ -15,16 +15,6 @@ import (
 	"atelier/views"
 )
 
-// retryAfterOf is the Retry-After of err's fault in whole seconds, rounded
-// up, or "" when it says nothing.
-func retryAfterOf(err error) string {
-	var fe fault.Error
-	if !errors.As(err, &fe) || fe.Fault().RetryAfter <= 0 {
-		return ""
-	}
-	return strconv.Itoa(int(math.Ceil(fe.Fault().RetryAfter.Seconds())))
-}
-
 // statusOf answers each kind of error with one HTTP status.
 var statusOf = map[fault.Kind]int{
 	fault.Internal:           http.StatusInternalServerError,
@@ -61,6 +51,12 @@ var internal = fault.Fault{Kind: fault.Internal, Reason: "internal", Message: "S
 // the chain that describes itself decides (so a bad archive that wraps the
 // bad path in it is answered as the bad archive); unknown errors are 500s.
 func ProblemOf(err error) *views.Problem {
+	f := faultOf(err)
+	return &views.Problem{Status: statusOf[f.Kind], Reason: f.Reason, Message: f.Message, Hint: f.Hint}
+}
+
+// faultOf is the first description of err in its chain, or internal.
+func faultOf(err error) fault.Fault {
 	f := internal
 	var fe fault.Error
 	if errors.As(err, &fe) {
@@ -73,7 +69,7 @@ func ProblemOf(err error) *views.Problem {
 			}
 		}
 	}
-	return &views.Problem{Status: statusOf[f.Kind], Reason: f.Reason, Message: f.Message, Hint: f.Hint}
+	return f
 }
 
 // errorView is the error page.
@@ -88,11 +84,11 @@ func (v errorView) JSON() any { return v.Problem }
 // 5xx are logged with the request.
 func (a Adapter) RenderError(c *gin.Context, err error) {
 	p := ProblemOf(err)
+	if f := faultOf(err); f.RetryAfter > 0 {
+		c.Header("Retry-After", strconv.FormatInt(int64(math.Ceil(f.RetryAfter.Seconds())), 10))
+	}
 	if p.Status >= 500 {
 		a.Log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "err", err)
-	}
-	if after := retryAfterOf(err); after != "" {
-		c.Header("Retry-After", after)
 	}
 	if p.Status == http.StatusUnauthorized && errors.Is(err, auth.ErrSignInRequired) &&
 		!views.WantsJSON(c.Request) && c.Request.Method == http.MethodGet {

@@ -168,6 +168,8 @@ func TestRenderErrorRetryAfter(t *testing.T) {
 		{fmt.Errorf("svc: %w", &auth.TooManyAttemptsError{Wait: 1500 * time.Millisecond}), "2"},
 		{&auth.TooManyAttemptsError{Wait: 15 * time.Minute}, "900"},
 		{auth.ErrBadCredentials, ""},
+		{fault.WithRetryAfter(code.ErrTooManyImports, time.Hour), "3600"},
+		{fault.WithRetryAfter(errors.New("not described"), time.Second), ""},
 	} {
 		w := httptest.NewRecorder()
 		ctx, _ := gin.CreateTestContext(w)

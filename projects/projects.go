@@ -33,6 +33,9 @@ var (
 	ErrUnknownUser = fault.New(fault.BadInput, "unknown_user", "projects: no user with that name", "No user with that name.")
 	ErrBadRole     = fault.New(fault.BadInput, "bad_role", "projects: role is owner, admin or member", "Role is owner, admin or member.")
 	ErrBadNetwork  = fault.New(fault.BadInput, "bad_network", "projects: the sandbox network is deny or allow", "The sandbox network is deny or allow.")
+	// ErrTooManyProjects is a creation past the projects one person may
+	// own. Waiting does not help, deleting one does: so a 403, not a 429.
+	ErrTooManyProjects = fault.New(fault.Forbidden, "too_many_projects", "projects: you own as many projects as a person may", "You own as many projects as a person may; delete one first.")
 )
 
 // maxDirNameTries bounds the search for a free workspace folder name.
@@ -52,13 +55,21 @@ type Service struct {
 	code     *codestore.Store
 	now      func() time.Time
 	log      *slog.Logger
+	maxOwned int // projects one person may own
 }
+
+// DefaultMaxOwned is how many projects one person may own unless the
+// operator says otherwise.
+const DefaultMaxOwned = 100
 
 // NewService returns a Service; sessions ends the edit sessions of a
 // project that is archived or deleted.
 func NewService(store *models.Store, ws *workspace.Workspaces, git *gitsvc.Service, code *codestore.Store,
-	sessions SessionEnder, now func() time.Time, log *slog.Logger) *Service {
-	return &Service{store: store, ws: ws, git: git, code: code, sessions: sessions, now: now, log: log}
+	sessions SessionEnder, now func() time.Time, log *slog.Logger, maxOwned int) *Service {
+	if maxOwned <= 0 {
+		maxOwned = DefaultMaxOwned
+	}
+	return &Service{store: store, ws: ws, git: git, code: code, sessions: sessions, now: now, log: log, maxOwned: maxOwned}
 }
 
 // CanonicalName is the git service's name of a Container project's canonical
@@ -194,6 +205,17 @@ func (s *Service) Create(ctx context.Context, user *models.User, in CreateInput)
 func (s *Service) insert(ctx context.Context, p *models.Project, ownerID int64) error {
 	var madeDir, madeRepo bool
 	err := s.store.Tx(ctx, func(tx *models.Store) error {
+		// Counted under the owner's row lock, so two creations at once
+		// cannot both take the last place. Site admins are bound too: a
+		// project costs the server a repository and a folder whoever
+		// makes it, and the operator raises the bound when needed.
+		owned, err := tx.OwnedProjectsLocked(ctx, ownerID)
+		if err != nil {
+			return err
+		}
+		if owned >= s.maxOwned {
+			return ErrTooManyProjects
+		}
 		if err := tx.CreateProject(ctx, p, ownerID); err != nil {
 			return err
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,7 +38,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(rec.Close)
 	sessions := editsession.New(store, git, code, ws, rec, editsession.DefaultConfig, time.Now, log)
 	f := &fixture{
-		svc:    projects.NewService(store, ws, git, code, sessions, time.Now, log),
+		svc:    projects.NewService(store, ws, git, code, sessions, time.Now, log, 0),
 		store:  store,
 		people: map[string]*models.User{},
 	}
@@ -170,5 +172,61 @@ func TestMembershipRules(t *testing.T) {
 	wantRoles := map[string]string{"owner": "member", "admin": "owner", "member": "member", "outsider": "member"}
 	if fmt.Sprint(roles) != fmt.Sprint(wantRoles) {
 		t.Fatalf("members %v, want %v", roles, wantRoles)
+	}
+}
+
+// TestOwnedProjectsAreBounded: a person may own a bounded number of
+// projects; twelve creations at once past the last free places let exactly
+// that many through, and deleting one makes room again.
+func TestOwnedProjectsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	st := stacktest.New(t)
+	rec := events.New(st.DB, st.Log)
+	t.Cleanup(rec.Close)
+	sessions := editsession.New(st.DB, st.Git, st.Code, st.WS, rec, editsession.DefaultConfig, time.Now, st.Log)
+	svc := projects.NewService(st.DB, st.WS, st.Git, st.Code, sessions, time.Now, st.Log, 4)
+	u := &models.User{Username: "prolific", PasswordHash: "x"}
+	if err := st.DB.CreateUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	first, err := svc.Create(ctx, u, projects.CreateInput{Name: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var made, refused atomic.Int32
+	for i := range 12 {
+		wg.Go(func() {
+			_, err := svc.Create(ctx, u, projects.CreateInput{Name: fmt.Sprintf("p%d", i)})
+			switch {
+			case err == nil:
+				made.Add(1)
+			case errors.Is(err, projects.ErrTooManyProjects):
+				refused.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if made.Load() != 3 || refused.Load() != 9 {
+		t.Fatalf("%d made and %d refused at once, want 3 and 9", made.Load(), refused.Load())
+	}
+	other := &models.User{Username: "other", PasswordHash: "x"}
+	if err := st.DB.CreateUser(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Create(ctx, other, projects.CreateInput{Name: "theirs"}); err != nil {
+		t.Fatalf("another person was refused: %v", err)
+	}
+	acc, err := svc.Authorize(ctx, u, first.ID, auth.ProjectOwn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Delete(ctx, acc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Create(ctx, u, projects.CreateInput{Name: "again"}); err != nil {
+		t.Fatalf("after deleting one: %v", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"atelier/events"
 	"atelier/gitsvc"
 	"atelier/handlers"
+	"atelier/limits"
 	"atelier/meter"
 	"atelier/models"
 	"atelier/projects"
@@ -60,7 +61,8 @@ type App struct {
 
 	maxImportBytes int64
 	inputBytes     int
-	trustedProxies []string // CIDRs
+	trustedProxies []string            // CIDRs
+	streams        *limits.Gate[int64] // open event streams per account
 }
 
 // newInstanceID names this process: a restarted server is a new instance,
@@ -73,10 +75,6 @@ func newInstanceID() string {
 
 // cachedTrees is how many parsed tree objects stay in memory (a few KiB each).
 const cachedTrees = 20_000
-
-// maxRawBytes bounds one download from a Container project, which is read
-// into memory from the object store.
-const maxRawBytes = 256 << 20
 
 // openObjects opens the configured object store: S3 when an endpoint is
 // set, else a folder in the data dir.
@@ -114,7 +112,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
-	codeSvc := code.NewService(ws, git, codeStore, store, log)
+	codeSvc := code.NewService(ws, git, codeStore, store, log, code.ImportLimits{Running: cfg.ImportsMax, PerHour: cfg.ImportsPerHour})
 	recorder := events.New(store, log)
 	cfg.Sandbox.Log = log
 	box, err := sandbox.New(cfg.Sandbox)
@@ -135,7 +133,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	// An ending session's shells close first, then its processes and
 	// checkout go.
 	sessionSvc := editsession.New(store, git, codeStore, ws, recorder, sessionCfg, now, log, shells, runtime)
-	projectSvc := projects.NewService(store, ws, git, codeStore, sessionSvc, now, log)
+	projectSvc := projects.NewService(store, ws, git, codeStore, sessionSvc, now, log, cfg.MaxProjects)
 	a := &App{
 		Auth:         authSvc,
 		Projects:     projectSvc,
@@ -154,11 +152,12 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		projects:     &handlers.Projects{Render: render, Projects: projectSvc},
 		users:        &handlers.Users{Render: render, Auth: authSvc, Store: store},
 		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
-			MaxImportBytes: cfg.MaxImportBytes, MaxRawBytes: maxRawBytes},
+			MaxImportBytes: cfg.MaxImportBytes},
 		edit: &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc,
 			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now, CommandHint: commandHint(box)},
 		maxImportBytes: cfg.MaxImportBytes,
 		inputBytes:     terms.Config().InputBytes,
+		streams:        limits.NewStreams(),
 	}
 	for _, p := range cfg.TrustedProxies {
 		a.trustedProxies = append(a.trustedProxies, p.String())

@@ -50,6 +50,10 @@ type Config struct {
 	BodyMinRate     int64         // ATELIER_BODY_MIN_RATE, bytes a second
 	TrustedProxies  []netip.Prefix
 
+	ImportsMax     int // ATELIER_IMPORTS_MAX: imports running at once on the instance
+	ImportsPerHour int // ATELIER_IMPORTS_PER_HOUR: imports one person may start in an hour
+	MaxProjects    int // ATELIER_MAX_PROJECTS_PER_USER: projects one person may own
+
 	// ImportAllowNetworks (ATELIER_IMPORT_ALLOW_CIDRS) are internal networks
 	// git sources of people other than site admins may still come from.
 	ImportAllowNetworks []netip.Prefix
@@ -173,6 +177,15 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return cfg, fmt.Errorf("config: ATELIER_LOCAL_ROOTS lists absolute folders written plainly, separated by colons; got %q", r)
 		}
 		cfg.LocalRoots = append(cfg.LocalRoots, r)
+	}
+	cfg.ImportsMax, cfg.ImportsPerHour, cfg.MaxProjects = 2, 30, 100
+	for name, n := range map[string]*int{"ATELIER_IMPORTS_MAX": &cfg.ImportsMax,
+		"ATELIER_IMPORTS_PER_HOUR": &cfg.ImportsPerHour, "ATELIER_MAX_PROJECTS_PER_USER": &cfg.MaxProjects} {
+		if v := getenv(name); v != "" {
+			if *n, err = strconv.Atoi(v); err != nil || *n < 1 {
+				return cfg, fmt.Errorf("config: %s must be a whole number of at least 1, got %q", name, v)
+			}
+		}
 	}
 	if err := loadConnLimits(getenv, &cfg); err != nil {
 		return cfg, err

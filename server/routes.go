@@ -7,6 +7,7 @@ import (
 
 	"atelier/auth"
 	"atelier/events"
+	"atelier/handlers"
 	"atelier/static"
 )
 
@@ -69,7 +70,7 @@ func (a *App) routes() http.Handler {
 	session.GET("/commands", h(a.edit.History))
 	session.POST("/terminals", h(a.edit.OpenTerminal))
 	session.GET("/terminals", h(a.edit.Terminals))
-	session.GET("/terminals/:tid/stream", h(a.edit.Stream))
+	session.GET("/terminals/:tid/stream", h(handlers.HoldStream(a.streams)), h(a.edit.Stream))
 	session.POST(inputRoute, h(a.edit.Input))
 	session.POST("/terminals/:tid/resize", h(a.edit.Resize))
 	session.DELETE("/terminals/:tid", h(a.edit.CloseTerminal))
@@ -77,7 +78,7 @@ func (a *App) routes() http.Handler {
 	admin := in.Group("/admin", h(auth.RequireSiteAdmin))
 	admin.GET("/users", h(a.users.List))
 	admin.POST("/users", h(a.users.Create))
-	admin.GET("/events", func(c *gin.Context) { a.Events.ServeStream(c.Writer, c.Request, events.SiteStream) })
+	admin.GET("/events", h(handlers.HoldStream(a.streams)), func(c *gin.Context) { a.Events.ServeStream(c.Writer, c.Request, events.SiteStream) })
 
 	r.NoRoute(a.adapter.NotFound)
 	r.NoMethod(a.adapter.NotFound)

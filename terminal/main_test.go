@@ -89,7 +89,7 @@ func serve(t testing.TB, term *Terminal) *httptest.Server {
 // the test server cannot import handlers, which sit above terminal.
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, ErrAccountShells), errors.Is(err, ErrInstanceShells), errors.Is(err, ErrInputFull):
+	case errors.Is(err, ErrAccountShells), errors.Is(err, ErrInstanceShells), errors.Is(err, ErrInputFull), errors.Is(err, ErrViewers):
 		return http.StatusTooManyRequests
 	case errors.Is(err, ErrInputTooLarge):
 		return http.StatusRequestEntityTooLarge

@@ -20,6 +20,7 @@ type Config struct {
 	InstanceShells int // running shells on this instance; 32
 	RingBytes      int // output kept per terminal for replay; 1 MiB, at least 64 KiB
 	InputBytes     int // input queued per terminal; 2 MiB, at least 1 MiB
+	Viewers        int // output streams attached to one terminal at once; 8
 
 	// An attached viewer with more than HighWater bytes unsent pauses the
 	// shell's output until every viewer is at LowWater or below. Defaults:
@@ -47,6 +48,7 @@ func (c Config) withDefaults() Config {
 	}
 	def(&c.AccountShells, 4)
 	def(&c.InstanceShells, 32)
+	def(&c.Viewers, 8)
 	def(&c.RingBytes, 1<<20)
 	c.RingBytes = max(c.RingBytes, minRing)
 	def(&c.InputBytes, 2<<20)

@@ -31,8 +31,8 @@ type viewer struct {
 // the last output byte, and then the stream ends.
 //
 // The error is for a request refused before anything is written
-// (ErrBadOffset); once streaming, ServeStream returns nil when the client
-// goes away, its write stalls past Config.WriteTimeout, or exit is sent.
+// (ErrBadOffset; ErrViewers past Config.Viewers); once streaming,
+// ServeStream returns nil when the client goes away, its write stalls past Config.WriteTimeout, or exit is sent.
 // Each write gets its own deadline through http.ResponseController, so the
 // server needs no write timeout, which would cut every stream. A writer
 // without deadlines (ErrNotSupported) still streams, but never holds the
@@ -55,6 +55,13 @@ func (t *Terminal) ServeStream(w http.ResponseWriter, r *http.Request) error {
 	if from > t.out.end {
 		t.mu.Unlock()
 		return ErrBadOffset
+	}
+	// Each viewer holds a connection and a descriptor; a bound per
+	// terminal keeps one page opened in many tabs (or a script) from
+	// exhausting the server's.
+	if len(t.viewers) >= t.cfg.Viewers {
+		t.mu.Unlock()
+		return ErrViewers
 	}
 	v.off = from
 	t.viewers[v] = struct{}{}

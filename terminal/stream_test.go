@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"runtime"
 	"strconv"
@@ -399,4 +401,41 @@ func TestExitEventCarriesCode(t *testing.T) {
 	if x := exitOf(t, dial(t, srv, exit.id, "").next(5*time.Second)); x.Code != 3 {
 		t.Errorf("exit after reconnect: %+v", x)
 	}
+}
+
+// TestViewersPerTerminalAreBounded: past Config.Viewers a stream is refused
+// with 429 before a byte is written, and a viewer that leaves frees its
+// place for the next.
+func TestViewersPerTerminalAreBounded(t *testing.T) {
+	m := newManager(t, Config{Viewers: 3})
+	term := openShell(t, m, "sleep 60", Options{})
+	srv := serve(t, term)
+	var open []*stream
+	for range 3 {
+		open = append(open, dial(t, srv, "", ""))
+	}
+	res, err := srv.Client().Get(srv.URL + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Content-Type") == "text/event-stream" {
+		t.Fatalf("fourth viewer: %s %q (%s), want 429 before streaming", res.Status, body, res.Header.Get("Content-Type"))
+	}
+	open[0].close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		term.mu.Lock()
+		n := len(term.viewers)
+		term.mu.Unlock()
+		if n < 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed viewer still holds its place: %d viewers", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	dial(t, srv, "", "")
 }

@@ -30,6 +30,7 @@ import (
 var (
 	ErrAccountShells  = fault.New(fault.Limit, "account_shells", "terminal: you have as many shells open as an account may; close one first", "You have as many shells open as an account may; close one first.")
 	ErrInstanceShells = fault.New(fault.Limit, "instance_shells", "terminal: the server runs as many shells as it allows; try again later", "The server runs as many shells as it allows; try again later.")
+	ErrViewers        = fault.New(fault.Limit, "too_many_streams", "terminal: the terminal has as many viewers as it allows; close a tab that shows it", "The terminal has as many viewers as it allows; close a tab that shows it.")
 	ErrInputFull      = fault.New(fault.Limit, "input_full", "terminal: too much input is waiting for the shell; try again in a moment", "Too much input is waiting for the shell; try again in a moment.")
 	ErrInputTooLarge  = fault.New(fault.TooLarge, "too_large", "terminal: that input is larger than the whole input queue", "That input is larger than the whole input queue.")
 	ErrBadSeq         = fault.New(fault.BadInput, "bad_seq", "terminal: an input sequence number is a whole number from 1", "An input sequence number is a whole number from 1.")

@@ -147,53 +147,19 @@ func (s *Store) List(ctx context.Context, src Source, dir string) ([]Entry, erro
 	return s.gitList(ctx, src, dir)
 }
 
-// Read returns up to max bytes of the file at path and its full size.
+// Read returns up to max bytes of the file at path and its full size. It
+// reads no more than max, whatever the file's size.
 func (s *Store) Read(ctx context.Context, src Source, path string, max int64) ([]byte, int64, error) {
-	if root, ok := s.publishedRoot(ctx, src.Commit); ok {
-		data, size, err := s.readPublished(ctx, root, path, max)
-		if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrIsDir) {
-			return data, size, err
-		}
-		s.log.Warn("codestore: object store read failed; reading through git", "commit", src.Commit, "path", path, "err", err)
-	}
-	data, size, err := s.git.ReadBlob(ctx, src.Repo, src.Commit, path)
-	if errors.Is(err, gitsvc.ErrNotFound) {
-		return nil, 0, ErrNotFound
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	if int64(len(data)) > max {
-		data = data[:max]
-	}
-	return data, size, nil
-}
-
-func (s *Store) readPublished(ctx context.Context, root, path string, max int64) ([]byte, int64, error) {
-	dir, name := splitPath(path)
-	es, err := s.walk(ctx, root, dir)
-	if err != nil {
-		return nil, 0, err
-	}
-	e, ok := find(es, name)
-	if !ok {
-		return nil, 0, ErrNotFound
-	}
-	if e.Kind == KindDir || e.Kind == KindSubmodule {
-		return nil, 0, ErrIsDir
-	}
-	ctx, cancel := context.WithTimeout(ctx, objectTimeout)
-	defer cancel()
-	rc, err := s.objects.Get(ctx, blobKey(e.SHA))
+	rc, size, err := s.Open(ctx, src, path)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer rc.Close()
 	data, err := io.ReadAll(io.LimitReader(rc, max))
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("codestore: read %q: %w", path, err)
 	}
-	return data, e.Size, nil
+	return data, size, nil
 }
 
 // walk loads the tree of dir by descending from the root tree.

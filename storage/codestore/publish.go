@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 
@@ -20,8 +21,14 @@ type Stats struct {
 }
 
 // parallelPuts is how many uploads run at once; object stores reward a few
-// concurrent requests, and more would only hold more blobs in memory.
+// concurrent requests, and more would only hold more buffers in memory.
 const parallelPuts = 4
+
+// streamAbove is the size from which a blob streams from its own git
+// process into the store instead of being read through the shared
+// cat-file batch. Smaller ones are read whole, so a publish holds at most
+// parallelPuts of them; a process per blob would cost more than the blob.
+const streamAbove = 1 << 20
 
 // flushEvery is how many stored objects are recorded per database write.
 const flushEvery = 500
@@ -57,11 +64,11 @@ func (s *Store) Publish(ctx context.Context, r *gitsvc.Repo, commit string) (Sta
 		return st, err
 	}
 	missing := missingTrees(trees, root, haveTree)
-	blobs := map[string]bool{}
+	blobs := map[string]int64{} // sha → size
 	for _, t := range missing {
 		for _, e := range trees[t].entries {
 			if e.Kind == KindFile || e.Kind == KindSymlink {
-				blobs[e.SHA] = true
+				blobs[e.SHA] = e.Size
 			}
 		}
 	}
@@ -74,27 +81,29 @@ func (s *Store) Publish(ctx context.Context, r *gitsvc.Repo, commit string) (Sta
 		return st, err
 	}
 
+	var small, large []string
+	for sha, size := range blobs {
+		switch {
+		case haveBlob[blobKey(sha)]:
+		case size > streamAbove:
+			large = append(large, sha)
+		default:
+			small = append(small, sha)
+		}
+	}
+	if err := s.putSmallBlobs(ctx, r, small, &st); err != nil {
+		return st, err
+	}
+	// Large blobs stream one git process each, after the batch is closed:
+	// each takes the repository's read lock, and a second read lock of
+	// ours behind a waiting writer would wait for the first.
 	up := newUploader(ctx, s.objects, s.db)
-	var batch *gitsvc.Batch
-	for sha := range blobs {
-		if haveBlob[blobKey(sha)] {
-			continue
-		}
-		if batch == nil {
-			if batch, err = s.git.OpenBatch(ctx, r); err != nil {
-				return st, up.abort(err)
-			}
-			defer batch.Close()
-		}
-		_, data, err := batch.Read(sha)
-		if err != nil {
-			return st, up.abort(fmt.Errorf("codestore: blob %s: %w", sha, err))
-		}
-		if !up.put(blobKey(sha), data) {
+	for _, sha := range large {
+		if !up.put(blobKey(sha), blobs[sha], func(ctx context.Context) io.ReadCloser { return s.streamBlob(ctx, r, sha) }) {
 			break
 		}
 		st.Blobs++
-		st.Bytes += int64(len(data))
+		st.Bytes += blobs[sha]
 	}
 	if err := up.wait(); err != nil {
 		return st, err
@@ -102,7 +111,8 @@ func (s *Store) Publish(ctx context.Context, r *gitsvc.Repo, commit string) (Sta
 	for _, level := range byDepthDeepestFirst(trees, missing) {
 		up = newUploader(ctx, s.objects, s.db)
 		for _, sha := range level {
-			if !up.put(treeKey(sha), encodeTree(trees[sha].entries)) {
+			data := encodeTree(trees[sha].entries)
+			if !up.put(treeKey(sha), int64(len(data)), bytesOf(data)) {
 				break
 			}
 			st.Trees++
@@ -118,6 +128,32 @@ func (s *Store) Publish(ctx context.Context, r *gitsvc.Repo, commit string) (Sta
 	st.SkippedTrees = len(trees) - st.Trees
 	st.SkippedBlobs = countBlobs(trees) - st.Blobs
 	return st, nil
+}
+
+// putSmallBlobs reads the blobs through one cat-file batch and stores
+// them, a few at a time.
+func (s *Store) putSmallBlobs(ctx context.Context, r *gitsvc.Repo, shas []string, st *Stats) error {
+	if len(shas) == 0 {
+		return nil
+	}
+	batch, err := s.git.OpenBatch(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer batch.Close()
+	up := newUploader(ctx, s.objects, s.db)
+	for _, sha := range shas {
+		_, data, err := batch.Read(sha)
+		if err != nil {
+			return up.abort(fmt.Errorf("codestore: blob %s: %w", sha, err))
+		}
+		if !up.put(blobKey(sha), int64(len(data)), bytesOf(data)) {
+			break
+		}
+		st.Blobs++
+		st.Bytes += int64(len(data))
+	}
+	return up.wait()
 }
 
 // treeInfo is one distinct tree of a commit.
@@ -229,8 +265,14 @@ func newUploader(ctx context.Context, objects storage.ObjectStore, db *models.St
 	return &uploader{ctx: ctx, objects: objects, db: db, slots: make(chan struct{}, parallelPuts)}
 }
 
-// put starts storing data under key; it returns false once an upload failed.
-func (u *uploader) put(key string, data []byte) bool {
+// bytesOf is a source of data already in memory.
+func bytesOf(data []byte) func(context.Context) io.ReadCloser {
+	return func(context.Context) io.ReadCloser { return io.NopCloser(bytes.NewReader(data)) }
+}
+
+// put starts storing size bytes from open's reader under key, opened once
+// an upload slot is free; it returns false once an upload failed.
+func (u *uploader) put(key string, size int64, open func(context.Context) io.ReadCloser) bool {
 	select {
 	case u.slots <- struct{}{}:
 	case <-u.ctx.Done():
@@ -244,12 +286,15 @@ func (u *uploader) put(key string, data []byte) bool {
 	u.wg.Add(1)
 	go func() {
 		defer func() { <-u.slots; u.wg.Done() }()
-		if err := u.objects.Put(u.ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
+		rc := open(u.ctx)
+		err := u.objects.Put(u.ctx, key, rc, size)
+		rc.Close()
+		if err != nil {
 			u.fail(fmt.Errorf("codestore: store %s: %w", key, err))
 			return
 		}
 		u.mu.Lock()
-		u.stored = append(u.stored, models.StoredObject{Key: key, Size: int64(len(data))})
+		u.stored = append(u.stored, models.StoredObject{Key: key, Size: size})
 		var flush []models.StoredObject
 		if len(u.stored) >= flushEvery {
 			flush, u.stored = u.stored, nil

@@ -1,0 +1,61 @@
+// Package limits bounds how many of something run at once: streams per
+// account, imports per project and per instance. A bound lives in the
+// memory of one instance, because what it counts (an open connection, a
+// running import) lives and dies with that process.
+package limits
+
+import (
+	"sync"
+
+	"atelier/fault"
+)
+
+// Gate admits at most PerKey holders per key and Total in all; zero means
+// no bound. The error given to NewGate is returned when either is reached.
+type Gate[K comparable] struct {
+	perKey, total int
+	refused       error
+
+	mu   sync.Mutex
+	held map[K]int
+	all  int
+}
+
+// NewGate returns a Gate that refuses with refused.
+func NewGate[K comparable](perKey, total int, refused error) *Gate[K] {
+	return &Gate[K]{perKey: perKey, total: total, refused: refused, held: map[K]int{}}
+}
+
+// Enter takes a place for key, or returns the Gate's error when none is
+// free. release gives the place back; calling it more than once is safe,
+// so it may be deferred and also called early.
+func (g *Gate[K]) Enter(key K) (release func(), err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.perKey > 0 && g.held[key] >= g.perKey || g.total > 0 && g.all >= g.total {
+		return nil, g.refused
+	}
+	g.held[key]++
+	g.all++
+	var once sync.Once
+	return func() { once.Do(func() { g.leave(key) }) }, nil
+}
+
+func (g *Gate[K]) leave(key K) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.all--
+	if g.held[key]--; g.held[key] == 0 {
+		delete(g.held, key) // a map of every account ever seen would only grow
+	}
+}
+
+// ErrStreams refuses an event stream past an account's bound.
+var ErrStreams = fault.New(fault.Limit, "too_many_streams", "limits: this account has as many event streams open as it may; close a tab first", "You have as many live views open as an account may; close a tab first.")
+
+// StreamsPerAccount is how many event streams (terminals, the admin event
+// stream) one account may hold open at once on an instance.
+const StreamsPerAccount = 64
+
+// NewStreams returns the Gate of open event streams per account.
+func NewStreams() *Gate[int64] { return NewGate[int64](StreamsPerAccount, 0, ErrStreams) }

@@ -1,0 +1,134 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"atelier/limits"
+)
+
+// openStream starts an SSE request as c and returns its response once the
+// headers are in; the stream stays open until the test ends or close is
+// called.
+func (c *client) openStream(path string) (res *http.Response, close func()) {
+	c.h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.h.srv.URL+path, nil)
+	req.Header.Set("Accept", "application/json") // an error answers as JSON; a stream is a stream
+	res, err := c.http.Do(req)
+	if err != nil {
+		cancel()
+		c.h.t.Fatal(err)
+	}
+	close = func() { cancel(); res.Body.Close() }
+	c.h.t.Cleanup(close)
+	return res, close
+}
+
+// expectRefusedStream asserts that a stream was refused with 429
+// too_many_streams; a stream let through fails at once instead of being
+// read forever.
+func expectRefusedStream(t *testing.T, res *http.Response) {
+	t.Helper()
+	if res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("stream past the bound: status %d (%s), want 429", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	expectProblem(t, res, http.StatusTooManyRequests, "too_many_streams")
+}
+
+// TestStreamsPerTerminalAreBounded: eight tabs may watch one terminal; the
+// ninth is refused before streaming, with 429 too_many_streams.
+func TestStreamsPerTerminalAreBounded(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	_, base := owner.session(id)
+	term, res := owner.openTerminal(base)
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("open: %d %s", res.StatusCode, readBody(res))
+	}
+	url := base + "/terminals/" + term.ID + "/stream"
+	var first func()
+	for i := range 8 {
+		res, close := owner.openStream(url)
+		if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("viewer %d: %d %s", i+1, res.StatusCode, readBody(res))
+		}
+		if i == 0 {
+			first = close
+		}
+	}
+	ninth, _ := owner.openStream(url)
+	expectRefusedStream(t, ninth)
+
+	// A viewer that leaves makes room; the server notices it gone.
+	first()
+	waitFor(t, 5*time.Second, "a closed viewer to leave", func() bool {
+		res, close := owner.openStream(url)
+		defer close()
+		return res.StatusCode == http.StatusOK
+	})
+}
+
+// TestStreamsPerAccountAreBounded: an account holds at most 64 event
+// streams at once, the admin event stream included; the 65th is a 429,
+// another account is not affected, and a closed stream frees its place.
+func TestStreamsPerAccountAreBounded(t *testing.T) {
+	h := newHarness(t)
+	admin := h.user("root-admin", true)
+	other := h.user("other-admin", true)
+	var closers []func()
+	for i := range limits.StreamsPerAccount {
+		res, close := admin.openStream("/admin/events")
+		if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("stream %d: %d %s", i+1, res.StatusCode, readBody(res))
+		}
+		closers = append(closers, close)
+	}
+	res, _ := admin.openStream("/admin/events")
+	expectRefusedStream(t, res)
+
+	if res, _ := other.openStream("/admin/events"); res.StatusCode != http.StatusOK {
+		t.Fatalf("another account was refused: %d %s", res.StatusCode, readBody(res))
+	}
+	closers[0]()
+	waitFor(t, 5*time.Second, "a closed stream to free its place", func() bool {
+		res, close := admin.openStream("/admin/events")
+		defer close()
+		return res.StatusCode == http.StatusOK
+	})
+	for _, close := range closers[1:] {
+		close()
+	}
+	// Every place comes back: the account holds all of them again.
+	waitFor(t, 15*time.Second, "every place to be given back", func() bool {
+		var again []func()
+		defer func() {
+			for _, close := range again {
+				close()
+			}
+		}()
+		for range limits.StreamsPerAccount {
+			res, close := admin.openStream("/admin/events")
+			again = append(again, close)
+			if res.StatusCode != http.StatusOK {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitFor polls cond until it holds, failing the test after wait.
+func waitFor(t *testing.T, wait time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", wait, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
