@@ -6,8 +6,12 @@ package models
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,6 +30,11 @@ var (
 	// ErrInvalid is a row that breaks a rule of the schema, caught by the model
 	// before PostgreSQL or by a CHECK in PostgreSQL itself.
 	ErrInvalid = errors.New("models: invalid")
+	// ErrUnavailable wraps a failure to reach PostgreSQL at all (refused,
+	// restarting, the connection lost): the request fails at once with a
+	// 503, and the pool connects again by itself once the server is back.
+	ErrUnavailable = fault.New(fault.Unavailable, "database_unavailable", "models: the database is unavailable",
+		"The database does not answer right now; try again in a moment.")
 )
 
 // ConstraintError names the constraint PostgreSQL refused.
@@ -84,7 +93,57 @@ func Open(ctx context.Context, dsn string, pool Pool) (*Store, error) {
 		sqlDB.Close()
 		return nil, fmt.Errorf("models: gorm: %w", err)
 	}
+	if err := markUnavailable(db); err != nil {
+		sqlDB.Close()
+		return nil, err
+	}
 	return &Store{db: db}, nil
+}
+
+// markUnavailable makes every statement that could not reach PostgreSQL
+// fail with ErrUnavailable, whichever query it was, so no caller has to
+// tell a lost server from a bad row.
+func markUnavailable(db *gorm.DB) error {
+	mark := func(tx *gorm.DB) {
+		if tx.Error != nil && unreachable(tx.Error) && !errors.Is(tx.Error, ErrUnavailable) {
+			tx.Error = fmt.Errorf("%w: %w", ErrUnavailable, tx.Error)
+		}
+	}
+	cb := db.Callback()
+	for _, err := range []error{
+		cb.Create().After("gorm:create").Register("atelier:unavailable", mark),
+		cb.Query().After("gorm:query").Register("atelier:unavailable", mark),
+		cb.Update().After("gorm:update").Register("atelier:unavailable", mark),
+		cb.Delete().After("gorm:delete").Register("atelier:unavailable", mark),
+		cb.Row().After("gorm:row").Register("atelier:unavailable", mark),
+		cb.Raw().After("gorm:raw").Register("atelier:unavailable", mark),
+	} {
+		if err != nil {
+			return fmt.Errorf("models: callbacks: %w", err)
+		}
+	}
+	return nil
+}
+
+// unreachable reports an error of the connection rather than of the
+// statement: no server at the address, a server shutting down or starting,
+// a connection that broke.
+func unreachable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // the request gave up, not the server
+	}
+	var connect *pgconn.ConnectError
+	if errors.As(err, &connect) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08 is connection exceptions; 57P01-57P03 are shutdowns and
+		// a server not yet accepting connections.
+		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || pgconn.SafeToRetry(err)
 }
 
 // Close closes the pool.
@@ -107,9 +166,14 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Tx runs fn in one transaction; an error or panic rolls it back.
 func (s *Store) Tx(ctx context.Context, fn func(tx *Store) error) error {
-	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		return fn(&Store{db: tx})
 	})
+	if err != nil && unreachable(err) && !errors.Is(err, ErrUnavailable) {
+		// BEGIN and COMMIT pass no callback.
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 // Exec runs a raw statement. Tests use it to write rows the way a script

@@ -64,6 +64,14 @@ func (c *clock) Advance(d time.Duration) {
 
 func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	t.Helper()
+	store, statements := dbtest.CountedStore(t)
+	return newHarnessOn(t, store, statements, tweak...)
+}
+
+// newHarnessOn is newHarness over a store the test made itself (statements
+// may be nil).
+func newHarnessOn(t *testing.T, store *models.Store, statements *dbtest.Statements, tweak ...func(*Config)) *harness {
+	t.Helper()
 	// 0700 all the way: sessions' commands see their checkouts through the
 	// sandbox's binds, never by walking down. (t.TempDir's own folder is
 	// 0700, the numbered one inside follows the umask.)
@@ -91,7 +99,6 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	store, statements := dbtest.CountedStore(t)
 	// ATELIER_TEST_LOG=1 shows the server's log, for a failing test.
 	var logOut io.Writer = io.Discard
 	if os.Getenv("ATELIER_TEST_LOG") != "" {
