@@ -52,7 +52,7 @@ func problemCases(t *testing.T) []problemCase {
 		meter.ErrCap, sandbox.ErrNetworkUnenforceable, sandbox.ErrNetworkUnavailable, sandbox.ErrUnavailable,
 		terminal.ErrAccountShells, terminal.ErrInstanceShells, terminal.ErrInputFull, terminal.ErrInputTooLarge,
 		terminal.ErrBadSeq, terminal.ErrBadSize, terminal.ErrBadOffset, terminal.ErrNotFound, terminal.ErrClosed,
-		models.ErrNotFound,
+		models.ErrNotFound, models.ErrUnavailable,
 	} {
 		cs = append(cs, problemCase{e.Error(), e}, problemCase{"wrapped " + e.Error(), wrap(e)})
 	}
@@ -188,13 +188,15 @@ type wantProblem struct {
 }
 
 var wantProblems = map[string]wantProblem{
+	"models: the database is unavailable":                        {503, "database_unavailable", "The database does not answer right now; try again in a moment.", ""},
+	"wrapped models: the database is unavailable":                {503, "database_unavailable", "The database does not answer right now; try again in a moment.", ""},
 	"sandbox: this host cannot build the sandbox's jail":         {503, "sandbox_unavailable", "This server's host lacks a kernel feature the sandbox needs, so commands and terminals are off; the server's log at start says which.", ""},
 	"wrapped sandbox: this host cannot build the sandbox's jail": {503, "sandbox_unavailable", "This server's host lacks a kernel feature the sandbox needs, so commands and terminals are off; the server's log at start says which.", ""},
 	"sandbox: network allow is unavailable here":                 {503, "network_unavailable", "The server cannot give this project's sandbox the internet without the host here (slirp4netns and /dev/net/tun are needed), so it does not run commands with the network allowed; the log at start says what is missing, and an administrator can install it or deny the network for the project.", ""},
 	"wrapped sandbox: network allow is unavailable here":         {503, "network_unavailable", "The server cannot give this project's sandbox the internet without the host here (slirp4netns and /dev/net/tun are needed), so it does not run commands with the network allowed; the log at start says what is missing, and an administrator can install it or deny the network for the project.", ""},
-	"source not allowed": {403, "source_not_allowed", "Source not allowed: http://127.0.0.1:9/r.git: its host is a loopback address, which imports may not reach.", ""},
-	"root moved":         {409, "root_moved", "This project's folder is no longer the one it was created with: it was moved or replaced, or a folder above it changed hands, so nothing is read from it. Put the folder back, or create the project again.", ""},
-	"local not allowed":  {403, "local_not_allowed", "Only site admins may use this folder.", "Ask for ATELIER_LOCAL_ROOTS."},
+	"source not allowed":                                         {403, "source_not_allowed", "Source not allowed: http://127.0.0.1:9/r.git: its host is a loopback address, which imports may not reach.", ""},
+	"root moved":                                                 {409, "root_moved", "This project's folder is no longer the one it was created with: it was moved or replaced, or a folder above it changed hands, so nothing is read from it. Put the folder back, or create the project again.", ""},
+	"local not allowed":                                          {403, "local_not_allowed", "Only site admins may use this folder.", "Ask for ATELIER_LOCAL_ROOTS."},
 	// The views table let fs.ErrNotExist win over the domain errors listed
 	// after it, so a canonical repository missing from the disk answered
 	// 404 "No such file or folder." through gitsvc.ErrNotFound and even
