@@ -391,3 +391,22 @@ func TestEgressRefusedWithoutStack(t *testing.T) {
 		t.Errorf("deny: %q", out)
 	}
 }
+
+// TestEgressAllowNamesItsResolvers: a command with the network allowed
+// asks slirp4netns's forwarder first, and only resolvers its filter lets
+// through, never one on the host's loopback.
+func TestEgressAllowNamesItsResolvers(t *testing.T) {
+	needTools(t)
+	sb := newSandbox(t, nil)
+	s := newSession(t, sb)
+	res := s.runNet(t, sandbox.Allow, "cat /etc/resolv.conf")
+	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+	if res.ExitCode != 0 || len(lines) == 0 || lines[0] != "nameserver 10.0.2.3" {
+		t.Fatalf("resolv.conf under allow: exit %d %q %s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	for _, l := range lines {
+		if strings.Contains(l, "127.") || strings.Contains(l, "::1") {
+			t.Errorf("a loopback resolver inside: %q", l)
+		}
+	}
+}

@@ -291,8 +291,12 @@ func mountTmpfs(root, target string, mode os.FileMode, size int64) error {
 }
 
 // writeAccounts binds generated passwd and group files over the host's, so
-// the session's uid has a name, a home and a shell inside. The files are
-// unlinked once bound: the mounts keep them, and / shows nothing extra.
+// the session's uid has a name, a home and a shell inside; and, for a
+// command with the network allowed, a resolv.conf naming the resolvers its
+// egress filter lets it ask (slirp4netns's forwarder first), since a host
+// resolver on loopback (127.0.0.53) is the host's and not the namespace's.
+// The files are unlinked once bound: the mounts keep them, and / shows
+// nothing extra.
 func writeAccounts(root string, is *initSpec) error {
 	uid, gid := strconv.FormatUint(uint64(is.UID), 10), strconv.FormatUint(uint64(is.GID), 10)
 	files := map[string]string{
@@ -300,6 +304,13 @@ func writeAccounts(root string, is *initSpec) error {
 			jailUser + ":x:" + uid + ":" + gid + "::" + jailHome + ":/bin/bash\n" +
 			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
 		"group": "root:x:0:\n" + jailUser + ":x:" + gid + ":\n" + "nogroup:x:65534:\n",
+	}
+	if is.JoinNetns {
+		var conf strings.Builder
+		for _, r := range resolvers() {
+			conf.WriteString("nameserver " + r.String() + "\n")
+		}
+		files["resolv.conf"] = conf.String()
 	}
 	for name, content := range files {
 		target := root + "/etc/" + name
