@@ -135,6 +135,10 @@ func TestServeEmbeddedAndStop(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the server did not stop within 60 s of SIGINT")
 	}
+	// The server has exited, so its log is all in.
+	if !strings.Contains(stderr.String(), "first start: making the embedded PostgreSQL cluster") {
+		t.Fatalf("the first start did not say what it waits for:\n%s", stderr.String())
+	}
 	if syscall.Kill(pid, 0) == nil {
 		t.Fatalf("PostgreSQL (pid %d) outlived the server", pid)
 	}
