@@ -136,7 +136,7 @@ func TestServeEmbeddedAndStop(t *testing.T) {
 		t.Fatal("the server did not stop within 60 s of SIGINT")
 	}
 	// The server has exited, so its log is all in.
-	if !strings.Contains(stderr.String(), "first start: making the embedded PostgreSQL cluster") {
+	if !strings.Contains(stderr.String(), "creating the PostgreSQL cluster (first start") {
 		t.Fatalf("the first start did not say what it waits for:\n%s", stderr.String())
 	}
 	if syscall.Kill(pid, 0) == nil {

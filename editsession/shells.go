@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -53,6 +54,9 @@ type Shells struct {
 	terms *terminal.Manager
 	now   func() time.Time
 	log   *slog.Logger
+
+	// watching counts the shells whose end is not yet settled (watch).
+	watching sync.WaitGroup
 }
 
 // NewShells returns the shells of sessions, run by terms in rt's checkouts.
@@ -127,9 +131,15 @@ func (s *Shells) OpenShell(ctx context.Context, sess *Session, slot *terminal.Sl
 		settle(start)
 		return nil, err
 	}
-	go s.watch(t, sh)
+	s.watching.Go(func() { s.watch(t, sh) })
 	return t, nil
 }
+
+// Wait returns once the end of every shell that has ended is settled:
+// its time, its lease and the capture of what it changed. A server that
+// stops closes its terminals, then waits here before it closes the
+// database.
+func (s *Shells) Wait() { s.watching.Wait() }
 
 // watch settles the shell's sandbox time and ends its lease once the shell
 // has ended, however it ended, then captures what the session's shells

@@ -22,7 +22,8 @@ func (s *starter) initialize(ctx context.Context) error {
 	if err := os.RemoveAll(scratch); err != nil {
 		return fmt.Errorf("pgembed: remove unfinished initdb: %w", err)
 	}
-	s.log.Info("pgembed: creating the PostgreSQL cluster", "dir", s.dataDir(), "bindir", s.binDir)
+	// The first start waits here for seconds before anything else is said.
+	s.log.Info("pgembed: creating the PostgreSQL cluster (first start; initdb takes a few seconds)", "dir", s.dataDir(), "bindir", s.binDir)
 
 	// C.UTF-8 classifies non-ASCII letters (lower(), ILIKE) while sorting
 	// like C; plain C is the fallback for a libc that lacks it.

@@ -130,7 +130,7 @@ func newHarnessOn(t *testing.T, store *models.Store, statements *dbtest.Statemen
 	srv := httptest.NewServer(app.Handler)
 	t.Cleanup(srv.Close)
 	t.Cleanup(app.Events.Close)
-	t.Cleanup(func() { app.Terminals.Close(); app.Sandbox.Close() })
+	t.Cleanup(func() { app.Terminals.Close(); app.Shells.Wait(); app.Sandbox.Close() })
 	return &harness{t: t, cfg: cfg, store: store, app: app, srv: srv, clock: clk, logs: logs, statements: statements}
 }
 

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"atelier/migrations"
@@ -34,11 +32,6 @@ func OpenDatabase(ctx context.Context, cfg Config, log *slog.Logger) (*Database,
 	// but nobody else may list the data dir.
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	if _, err := os.Stat(filepath.Join(cfg.PostgresDir(), "data", "PG_VERSION")); errors.Is(err, fs.ErrNotExist) {
-		// initdb runs before anything else is said; a person waiting at a
-		// terminal should know why.
-		log.Info("first start: making the embedded PostgreSQL cluster (initdb takes a few seconds)", "dir", cfg.PostgresDir())
 	}
 	cluster, err := pgembed.Start(ctx, pgembed.Config{Dir: cfg.PostgresDir(), Database: "atelier", Logger: log})
 	if err != nil {
@@ -139,6 +132,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	// Shells do not survive the process.
 	app.Events.Close()
 	app.Terminals.Close()
+	defer app.Shells.Wait() // before the pool closes: the shells' time settles
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
