@@ -1,0 +1,19 @@
+package main
+
+import (
+	"os"
+	"testing"
+)
+
+// TestShortSuite runs the short abuse suite against a real server: every
+// bound must hold.
+func TestShortSuite(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the embedded PostgreSQL runs as the postgres account, which needs root")
+	}
+	table, err := run(true, os.Stderr)
+	t.Log("\n" + table)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
