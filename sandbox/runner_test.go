@@ -121,7 +121,9 @@ func TestRunnerOverflow(t *testing.T) {
 	_, err = plain(t, context.Background(), "head -c 1000 /dev/zero | tr '\\0' o; head -c 1000 /dev/zero | tr '\\0' e >&2",
 		sandbox.Limits{MaxCombined: 1500})
 	re = runError(t, err, sandbox.Overflow)
-	if n := len(re.Partial.Stdout) + len(re.Partial.Stderr); n != 1500 || len(re.Partial.Stdout) != 1000 {
+	// Both pipes are read at once, so which stream reached the bound first
+	// is the scheduler's choice; together they stop at it.
+	if n := len(re.Partial.Stdout) + len(re.Partial.Stderr); n != 1500 || len(re.Partial.Stdout) > 1000 || len(re.Partial.Stderr) > 1000 {
 		t.Errorf("combined: kept %d + %d", len(re.Partial.Stdout), len(re.Partial.Stderr))
 	}
 

@@ -274,8 +274,8 @@ func TestSandboxNetworkPolicy(t *testing.T) {
 		t.Fatalf("allow: %d", res.StatusCode)
 	}
 	// The open session picks the policy up at its next command.
-	if out, _ := owner.run(base, probe, ""); strings.TrimSpace(out.Stdout) != "CUT-OFF\nWAY-OUT" {
-		t.Fatalf("allow: %+v", out)
+	if out, res := owner.run(base, probe, ""); strings.TrimSpace(out.Stdout) != "CUT-OFF\nWAY-OUT" {
+		t.Fatalf("allow: %d %+v", res.StatusCode, out)
 	}
 }
 
