@@ -62,23 +62,19 @@ func (s *Store) openPublished(ctx context.Context, root, path string) (io.ReadCl
 func (s *Store) publishedEntry(ctx context.Context, root, path string) (Entry, error) {
 	dir, name := splitPath(path)
 	es, err := s.walk(ctx, root, dir)
-	if err != nil {
-		return Entry{}, err
-	}
-	e, ok := find(es, name)
-	if !ok {
-		return Entry{}, ErrNotFound
-	}
-	if e.Kind == KindDir || e.Kind == KindSubmodule {
-		return Entry{}, ErrIsDir
-	}
-	return e, nil
+	return fileEntry(es, err, name)
 }
 
 // gitEntry finds path in the commit through git.
 func (s *Store) gitEntry(ctx context.Context, src Source, path string) (Entry, error) {
 	dir, name := splitPath(path)
 	es, err := s.gitList(ctx, src, dir)
+	return fileEntry(es, err, name)
+}
+
+// fileEntry picks the file name out of a folder's listing (or passes on
+// the listing's error); a folder or a submodule is ErrIsDir.
+func fileEntry(es []Entry, err error, name string) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
