@@ -150,7 +150,7 @@ func TestLocalLockFileFollowsNoLink(t *testing.T) {
 // the wrong account.
 func TestLocalOwnershipMismatchIsRefused(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: the folders are given to another account")
+		t.Skip("precondition: root, since the folders are given to another account")
 	}
 	ctx := testContext(t)
 	s := newService(t)

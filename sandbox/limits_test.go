@@ -25,7 +25,7 @@ func TestLimitTotals(t *testing.T) {
 		c.MaxMemory, c.MaxMemoryTotal, c.CgroupParent = 1<<30, total, parent
 	})
 	if sb.CgroupMode() != "v1" {
-		t.Skipf("needs cgroup v1 memory and pids hierarchies, as on this project's hosts; mode %q", sb.CgroupMode())
+		t.Skipf("precondition: writable cgroup v1 memory and pids hierarchies, as on this project's hosts; mode %q", sb.CgroupMode())
 	}
 	t.Cleanup(func() {
 		for _, ctrl := range []string{"memory", "pids", "cpu"} {

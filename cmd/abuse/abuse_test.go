@@ -9,7 +9,7 @@ import (
 // bound must hold.
 func TestShortSuite(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the embedded PostgreSQL runs as the postgres account, which needs root")
+		t.Skip("precondition: root, since the embedded PostgreSQL runs as the postgres account")
 	}
 	table, err := run(true, os.Stderr)
 	t.Log("\n" + table)

@@ -72,8 +72,11 @@ exec cat
 
 	folder = filepath.Join(base, "work")
 	Git(t, base, "init", "-q", "-b", "main", folder)
-	files[".gitattributes"] = "* filter=evil diff=evil\n"
+	all := map[string]string{".gitattributes": "* filter=evil diff=evil\n"}
 	for name, body := range files {
+		all[name] = body
+	}
+	for name, body := range all {
 		p := filepath.Join(folder, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
