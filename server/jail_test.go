@@ -129,23 +129,25 @@ func TestTerminalOutlivesACommand(t *testing.T) {
 	if res.StatusCode != 201 {
 		t.Fatalf("open: %d %s", res.StatusCode, readBody(res))
 	}
-	owner.input(base, term.ID, 1, "sleep 500 & echo BG-$((1+1))\r")
+	// A duration no other test uses: processes are counted host-wide, and
+	// test binaries of other packages run at the same time.
+	owner.input(base, term.ID, 1, "sleep 4711 & echo BG-$((1+1))\r")
 	_, last := owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream", "BG-2")
-	if !eventually(5*time.Second, func() bool { return len(processesWith("sleep\x00500")) == 1 }) {
+	if !eventually(5*time.Second, func() bool { return len(processesWith("sleep\x004711")) == 1 }) {
 		t.Fatal("the terminal's sleep did not start")
 	}
 	if out, res := owner.run(base, "kill -9 -1; echo done", ""); res.StatusCode != 200 || out.Stdout != "done\n" {
 		t.Fatalf("command: %d %+v", res.StatusCode, out)
 	}
 	time.Sleep(200 * time.Millisecond)
-	if len(processesWith("sleep\x00500")) != 1 {
+	if len(processesWith("sleep\x004711")) != 1 {
 		t.Fatal("the one-shot command ended the terminal's sleep")
 	}
 	owner.input(base, term.ID, 2, "echo ALIVE-$((40+2))\r")
 	owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream?from="+last, "ALIVE-42")
 
 	owner.post(base+"/discard", nil, jsonAccept)
-	if !eventually(10*time.Second, func() bool { return len(processesWith("sleep\x00500")) == 0 }) {
+	if !eventually(10*time.Second, func() bool { return len(processesWith("sleep\x004711")) == 0 }) {
 		t.Error("the terminal's sleep outlived the session")
 	}
 	waitClosed(t, h, term.ID, "the session's end")
