@@ -64,6 +64,8 @@ func (r *Runtime) RunCommand(ctx context.Context, sess *Session, command, folder
 		return nil, err
 	}
 	defer release()
+	r.admitted.Add(1)
+	defer r.admitted.Add(-1)
 	unlock := r.checkouts.lock(sess.ID)
 	defer unlock()
 
@@ -80,6 +82,9 @@ func (r *Runtime) RunCommand(ctx context.Context, sess *Session, command, folder
 	if runErr != nil {
 		return nil, runErr
 	}
+	if r.sb.Observer != nil {
+		r.sb.Observer.CommandRan(out.ExitCode, time.Duration(out.DurationMS)*time.Millisecond)
+	}
 	audit := &models.SessionCommand{SessionID: sess.ID, Command: command, Folder: folder,
 		ExitCode: out.ExitCode, DurationMS: out.DurationMS, StartedAt: start}
 	if err := r.db.AddSessionCommand(ctx, audit); err != nil {
@@ -87,6 +92,11 @@ func (r *Runtime) RunCommand(ctx context.Context, sess *Session, command, folder
 	}
 	return out, nil
 }
+
+// RunningCommands is how many commands this instance holds: running, or
+// waiting for their session's earlier command (the count
+// Sandboxes.MaxRunning bounds).
+func (r *Runtime) RunningCommands() int { return int(r.admitted.Load()) }
 
 // takeSlot takes one of the instance's slots for commands, or answers
 // ErrSandboxBusy when none is free: a command is never queued behind other

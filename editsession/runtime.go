@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"atelier/fault"
@@ -45,6 +46,16 @@ type Sandboxes struct {
 	// DiskArea. 0 leaves them on the host's file system, unbounded.
 	DiskBytes int64
 	DiskArea  string
+	// Observer is told of every command that ran to its end; nil: nobody.
+	Observer CommandObserver
+}
+
+// CommandObserver hears of commands as they end, so monitoring can count
+// them without this package knowing how it does.
+type CommandObserver interface {
+	// CommandRan is called once per command that ran to its end (a
+	// timeout included), with its exit code and how long it ran.
+	CommandRan(exitCode int, took time.Duration)
 }
 
 // Runtime is what runs for sessions on this host: each session's checkout,
@@ -60,6 +71,7 @@ type Runtime struct {
 	log       *slog.Logger
 	checkouts *checkouts
 	running   chan struct{} // a slot per running command; nil: no bound
+	admitted  atomic.Int64  // commands running or waiting for their session's earlier one
 }
 
 // NewRuntime returns the runtime of sessions on this host.

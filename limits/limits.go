@@ -41,6 +41,13 @@ func (g *Gate[K]) Enter(key K) (release func(), err error) {
 	return func() { once.Do(func() { g.leave(key) }) }, nil
 }
 
+// Total is how many places are held, for every key together.
+func (g *Gate[K]) Total() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.all
+}
+
 func (g *Gate[K]) leave(key K) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -238,6 +238,19 @@ func (m *Manager) Running() []*Terminal {
 	return m.filter((*Terminal).running)
 }
 
+// RunningCount is how many terminals' shells have not ended.
+func (m *Manager) RunningCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, t := range m.terms {
+		if t.running() {
+			n++
+		}
+	}
+	return n
+}
+
 func (m *Manager) filter(keep func(*Terminal) bool) []*Terminal {
 	m.mu.Lock()
 	var ts []*Terminal
