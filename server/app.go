@@ -21,6 +21,7 @@ import (
 	"atelier/handlers"
 	"atelier/limits"
 	"atelier/meter"
+	"atelier/metrics"
 	"atelier/models"
 	"atelier/projects"
 	"atelier/sandbox"
@@ -58,6 +59,8 @@ type App struct {
 	users    *handlers.Users
 	code     *handlers.Code
 	edit     *handlers.EditSessions
+	metrics  *metrics.Metrics
+	scrape   *handlers.Metrics
 
 	maxImportBytes int64
 	inputBytes     int
@@ -122,11 +125,16 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	usage := meter.New(store, cfg.SandboxCap, now)
 	instance := newInstanceID()
 	terms := terminal.NewManager(terminal.Config{})
+	streams := limits.NewStreams()
+	metered := metrics.New()
 	runtime := editsession.NewRuntime(store, git, codeStore, ws, editsession.Sandboxes{
 		Box: box, Meter: usage, LocalArea: cfg.SandboxDir(),
 		UIDBase: cfg.Sandbox.UIDBase, UIDCount: cfg.Sandbox.UIDCount, Instance: instance,
 		MaxRunning: cfg.SandboxMaxRunning, DiskBytes: cfg.SandboxDiskBytes, DiskArea: cfg.SandboxDiskDir(),
+		Observer: metered,
 	}, terms, now, log)
+	// HOOK(changes): add Changes: <the changes service> once it exists.
+	metered.Read(metrics.Sources{Meter: usage, Store: store, Terminals: terms, Streams: streams, Commands: runtime})
 	shells := editsession.NewShells(store, runtime, terms, now, log)
 	sessionCfg := cfg.Sessions
 	sessionCfg.SandboxSlots = cfg.Sandbox.UIDCount
@@ -157,12 +165,14 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now, CommandHint: commandHint(box)},
 		maxImportBytes: cfg.MaxImportBytes,
 		inputBytes:     terms.Config().InputBytes,
-		streams:        limits.NewStreams(),
+		streams:        streams,
+		metrics:        metered,
 	}
 	for _, p := range cfg.TrustedProxies {
 		a.trustedProxies = append(a.trustedProxies, p.String())
 	}
 	a.signIn = &handlers.Sessions{Render: render, Auth: authSvc, Cookies: a.cookies}
+	a.scrape = &handlers.Metrics{Token: cfg.MetricsToken, Identify: authSvc.Identify(a.cookies), Serve: metered.Handler()}
 	a.Handler = a.routes()
 	return a, nil
 }
@@ -198,6 +208,14 @@ func (a *App) recover(c *gin.Context) {
 		}
 	}()
 	c.Next()
+}
+
+// observeRequests times every request under the route it matched, so the
+// label is a template and unknown paths share one series.
+func (a *App) observeRequests(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	a.metrics.ObserveRequest(c.FullPath(), c.Request.Method, c.Writer.Status(), time.Since(start))
 }
 
 func (a *App) logRequests(c *gin.Context) {

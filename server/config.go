@@ -57,6 +57,10 @@ type Config struct {
 	// ImportAllowNetworks (ATELIER_IMPORT_ALLOW_CIDRS) are internal networks
 	// git sources of people other than site admins may still come from.
 	ImportAllowNetworks []netip.Prefix
+
+	// MetricsToken (ATELIER_METRICS_TOKEN) lets a scraper read /metrics
+	// with "Authorization: Bearer <token>"; empty: only site admins can.
+	MetricsToken string
 }
 
 // LoadConfig reads the configuration through getenv (os.Getenv in main).
@@ -200,7 +204,33 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			*d = time.Duration(ms) * time.Millisecond
 		}
 	}
+	if cfg.MetricsToken, err = metricsToken(getenv("ATELIER_METRICS_TOKEN")); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// minMetricsToken is the shortest metrics token accepted: 16 random
+// characters are beyond guessing, shorter ones are likely a word.
+const minMetricsToken = 16
+
+// metricsToken checks ATELIER_METRICS_TOKEN: empty, or at least
+// minMetricsToken characters a bearer token may carry (RFC 6750's b64token:
+// letters, digits and -._~+/=).
+func metricsToken(v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	ok := len(v) >= minMetricsToken
+	for _, r := range v {
+		if !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("-._~+/=", r))) {
+			ok = false
+		}
+	}
+	if !ok {
+		return "", fmt.Errorf("config: ATELIER_METRICS_TOKEN must have at least %d characters of A-Z a-z 0-9 -._~+/= (e.g. openssl rand -hex 32)", minMetricsToken)
+	}
+	return v, nil
 }
 
 // loadConnLimits reads the bounds on connections and request bodies.

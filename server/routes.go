@@ -25,10 +25,11 @@ func (a *App) routes() http.Handler {
 	if err := r.SetTrustedProxies(a.trustedProxies); err != nil {
 		panic(err) // the prefixes were parsed by LoadConfig
 	}
-	r.Use(a.recover, a.logRequests, securityHeaders, a.limitBody)
+	r.Use(a.observeRequests, a.recover, a.logRequests, securityHeaders, a.limitBody)
 	h := a.adapter.Handle
 
 	r.GET("/healthz", a.health.Show)
+	r.GET("/metrics", h(a.scrape.Scrape)) // a scraper's bearer token or a site admin's sign-in
 	r.StaticFS("/static", http.FS(static.FS))
 	r.GET("/highlight.css", a.code.HighlightCSS)
 
