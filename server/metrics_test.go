@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"net/http"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -200,6 +202,18 @@ func TestMetricsNameEveryMeasure(t *testing.T) {
 	}
 	if v, _ := sample(families, "atelier_db_pool_max_open", nil); v != float64(h.cfg.Pool.MaxOpen) {
 		t.Errorf("pool bound %v, want %d", v, h.cfg.Pool.MaxOpen)
+	}
+
+	// The sample dashboard reads only what the server exports.
+	dashboard, err := os.ReadFile("../deploy/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range regexp.MustCompile(`atelier_[a-z_]+`).FindAllString(string(dashboard), -1) {
+		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count"), "_sum")
+		if families[base] == nil {
+			t.Errorf("the Grafana dashboard queries %s, which /metrics does not export", name)
+		}
 	}
 
 	start := h.clock.Now()
