@@ -41,9 +41,9 @@ var (
 	poolWaitsDesc  = prometheus.NewDesc("atelier_db_pool_waits_total", "Times a query waited for a free connection.", nil, nil)
 	poolWaitedDesc = prometheus.NewDesc("atelier_db_pool_wait_seconds_total", "Time queries spent waiting for a free connection.", nil, nil)
 	poolClosedDesc = prometheus.NewDesc("atelier_db_pool_closed_total", "Connections the pool closed, by why (max_idle, max_idle_time, max_lifetime).", []string{"reason"}, nil)
+
+	// collectedDescs is every Desc Collect may send.
 	collectedDescs = []*prometheus.Desc{usedDesc, reservedDesc, capDesc, sessionsDesc, terminalsDesc, viewersDesc, runningDesc, changesDesc, poolMaxDesc, poolOpenDesc, poolInUseDesc, poolIdleDesc, poolWaitsDesc, poolWaitedDesc, poolClosedDesc}
-	gaugeValue     = prometheus.GaugeValue
-	counterValue   = prometheus.CounterValue
 )
 
 func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
@@ -65,37 +65,37 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		for _, c := range counters {
 			id := strconv.FormatInt(c.ProjectID, 10)
-			ch <- prometheus.MustNewConstMetric(usedDesc, gaugeValue, float64(c.UsedSeconds), id, c.Project)
-			ch <- prometheus.MustNewConstMetric(reservedDesc, gaugeValue, float64(c.ReservedSeconds), id, c.Project)
-			ch <- prometheus.MustNewConstMetric(capDesc, gaugeValue, float64(c.CapSeconds), id, c.Project)
+			ch <- prometheus.MustNewConstMetric(usedDesc, prometheus.GaugeValue, float64(c.UsedSeconds), id, c.Project)
+			ch <- prometheus.MustNewConstMetric(reservedDesc, prometheus.GaugeValue, float64(c.ReservedSeconds), id, c.Project)
+			ch <- prometheus.MustNewConstMetric(capDesc, prometheus.GaugeValue, float64(c.CapSeconds), id, c.Project)
 		}
 	}
 	if n, err := g.src.Store.OpenSessionCount(ctx); err != nil {
 		ch <- prometheus.NewInvalidMetric(sessionsDesc, err)
 	} else {
-		ch <- prometheus.MustNewConstMetric(sessionsDesc, gaugeValue, float64(n))
+		ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(n))
 	}
-	ch <- prometheus.MustNewConstMetric(terminalsDesc, gaugeValue, float64(g.src.Terminals.RunningCount()))
-	ch <- prometheus.MustNewConstMetric(viewersDesc, gaugeValue, float64(g.src.Streams.Total()))
-	ch <- prometheus.MustNewConstMetric(runningDesc, gaugeValue, float64(g.src.Commands.RunningCommands()))
+	ch <- prometheus.MustNewConstMetric(terminalsDesc, prometheus.GaugeValue, float64(g.src.Terminals.RunningCount()))
+	ch <- prometheus.MustNewConstMetric(viewersDesc, prometheus.GaugeValue, float64(g.src.Streams.Total()))
+	ch <- prometheus.MustNewConstMetric(runningDesc, prometheus.GaugeValue, float64(g.src.Commands.RunningCommands()))
 	if g.src.Changes != nil {
 		if byStatus, err := g.src.Changes.CountByStatus(ctx); err != nil {
 			ch <- prometheus.NewInvalidMetric(changesDesc, err)
 		} else {
 			for status, n := range byStatus {
-				ch <- prometheus.MustNewConstMetric(changesDesc, gaugeValue, float64(n), status)
+				ch <- prometheus.MustNewConstMetric(changesDesc, prometheus.GaugeValue, float64(n), status)
 			}
 		}
 	}
 
 	s := g.src.Store.PoolStats()
-	ch <- prometheus.MustNewConstMetric(poolMaxDesc, gaugeValue, float64(s.MaxOpenConnections))
-	ch <- prometheus.MustNewConstMetric(poolOpenDesc, gaugeValue, float64(s.OpenConnections))
-	ch <- prometheus.MustNewConstMetric(poolInUseDesc, gaugeValue, float64(s.InUse))
-	ch <- prometheus.MustNewConstMetric(poolIdleDesc, gaugeValue, float64(s.Idle))
-	ch <- prometheus.MustNewConstMetric(poolWaitsDesc, counterValue, float64(s.WaitCount))
-	ch <- prometheus.MustNewConstMetric(poolWaitedDesc, counterValue, s.WaitDuration.Seconds())
-	ch <- prometheus.MustNewConstMetric(poolClosedDesc, counterValue, float64(s.MaxIdleClosed), "max_idle")
-	ch <- prometheus.MustNewConstMetric(poolClosedDesc, counterValue, float64(s.MaxIdleTimeClosed), "max_idle_time")
-	ch <- prometheus.MustNewConstMetric(poolClosedDesc, counterValue, float64(s.MaxLifetimeClosed), "max_lifetime")
+	ch <- prometheus.MustNewConstMetric(poolMaxDesc, prometheus.GaugeValue, float64(s.MaxOpenConnections))
+	ch <- prometheus.MustNewConstMetric(poolOpenDesc, prometheus.GaugeValue, float64(s.OpenConnections))
+	ch <- prometheus.MustNewConstMetric(poolInUseDesc, prometheus.GaugeValue, float64(s.InUse))
+	ch <- prometheus.MustNewConstMetric(poolIdleDesc, prometheus.GaugeValue, float64(s.Idle))
+	ch <- prometheus.MustNewConstMetric(poolWaitsDesc, prometheus.CounterValue, float64(s.WaitCount))
+	ch <- prometheus.MustNewConstMetric(poolWaitedDesc, prometheus.CounterValue, s.WaitDuration.Seconds())
+	ch <- prometheus.MustNewConstMetric(poolClosedDesc, prometheus.CounterValue, float64(s.MaxIdleClosed), "max_idle")
+	ch <- prometheus.MustNewConstMetric(poolClosedDesc, prometheus.CounterValue, float64(s.MaxIdleTimeClosed), "max_idle_time")
+	ch <- prometheus.MustNewConstMetric(poolClosedDesc, prometheus.CounterValue, float64(s.MaxLifetimeClosed), "max_lifetime")
 }
