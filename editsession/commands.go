@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"atelier/events"
 	"atelier/fault"
 	"atelier/meter"
 	"atelier/models"
@@ -72,8 +73,13 @@ func (r *Runtime) RunCommand(ctx context.Context, sess *Session, command, folder
 		return nil, err
 	}
 	start := r.now()
+	done := r.commands.add(&RunningCommand{SessionID: sess.ID, ProjectID: sess.ProjectID, Project: sess.Project.Name,
+		UserID: sess.UserID, Command: command, Folder: folder, StartedAt: start})
+	r.hint(events.TopicCommands)
+	defer r.hint(events.TopicCommands) // after the audit row, or the failure
 	out, runErr := r.runInCheckout(ctx, sess, uid, command, folder)
 	end := r.now()
+	done()
 	if _, err := r.sb.Meter.Settle(context.WithoutCancel(ctx), res, start, end); err != nil {
 		r.log.Error("sandbox time not settled", "session", sess.ID, "err", err)
 	}

@@ -45,6 +45,9 @@ type Sandboxes struct {
 	// DiskArea. 0 leaves them on the host's file system, unbounded.
 	DiskBytes int64
 	DiskArea  string
+	// Hint tells open admin dashboards what changed (events.Recorder.Hint);
+	// nil tells nobody.
+	Hint func(topic string)
 }
 
 // Runtime is what runs for sessions on this host: each session's checkout,
@@ -60,6 +63,7 @@ type Runtime struct {
 	log       *slog.Logger
 	checkouts *checkouts
 	running   chan struct{} // a slot per running command; nil: no bound
+	commands  runningCommands
 }
 
 // NewRuntime returns the runtime of sessions on this host.

@@ -58,6 +58,7 @@ type App struct {
 	users    *handlers.Users
 	code     *handlers.Code
 	edit     *handlers.EditSessions
+	admin    *handlers.Dashboard
 
 	maxImportBytes int64
 	inputBytes     int
@@ -120,12 +121,15 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		return nil, err
 	}
 	usage := meter.New(store, cfg.SandboxCap, now)
+	// Open dashboards hear of every change to a meter.
+	usage.OnChange(func(int64) { recorder.Hint(events.TopicMeters) })
 	instance := newInstanceID()
 	terms := terminal.NewManager(terminal.Config{})
 	runtime := editsession.NewRuntime(store, git, codeStore, ws, editsession.Sandboxes{
 		Box: box, Meter: usage, LocalArea: cfg.SandboxDir(),
 		UIDBase: cfg.Sandbox.UIDBase, UIDCount: cfg.Sandbox.UIDCount, Instance: instance,
 		MaxRunning: cfg.SandboxMaxRunning, DiskBytes: cfg.SandboxDiskBytes, DiskArea: cfg.SandboxDiskDir(),
+		Hint: recorder.Hint,
 	}, terms, now, log)
 	shells := editsession.NewShells(store, runtime, terms, now, log)
 	sessionCfg := cfg.Sessions
@@ -149,12 +153,14 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		adapter:      handlers.Adapter{Render: render, Log: log},
 		cookies:      auth.Cookies{AlwaysSecure: cfg.SecureCookies},
 		health:       &handlers.Health{Ping: store.Ping},
-		projects:     &handlers.Projects{Render: render, Projects: projectSvc},
+		projects:     &handlers.Projects{Render: render, Projects: projectSvc, Meter: usage},
 		users:        &handlers.Users{Render: render, Auth: authSvc, Store: store},
 		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
-			MaxImportBytes: cfg.MaxImportBytes},
+			MaxImportBytes: cfg.MaxImportBytes, Meter: usage},
 		edit: &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc,
 			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now, CommandHint: commandHint(box)},
+		admin: &handlers.Dashboard{Render: render, Meter: usage, Sessions: sessionSvc, Runtime: runtime,
+			Shells: shells, Events: recorder, Store: store},
 		maxImportBytes: cfg.MaxImportBytes,
 		inputBytes:     terms.Config().InputBytes,
 		streams:        limits.NewStreams(),

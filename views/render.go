@@ -94,6 +94,8 @@ var funcs = template.FuncMap{
 		return used * 100 / whole
 	},
 	"minutes": func(seconds int64) int64 { return seconds / 60 },
+	// percentOf is pct percent of whole.
+	"percentOf": func(whole int64, pct int) int64 { return whole * int64(pct) / 100 },
 	// lines splits text into its lines.
 	"lines": func(s string) []string { return strings.Split(strings.TrimSuffix(s, "\n"), "\n") },
 	// diffClass colours a line of a unified diff.
@@ -110,7 +112,14 @@ var funcs = template.FuncMap{
 		}
 		return ""
 	},
-	"ms":    func(d time.Duration) int64 { return d.Milliseconds() },
+	"ms": func(d time.Duration) int64 { return d.Milliseconds() },
+	// left writes a time left, to the second.
+	"left": func(d time.Duration) string {
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%dm %02ds", d/time.Minute, d%time.Minute/time.Second)
+	},
+	// since is how long ago t was, to the second.
+	"since": func(t time.Time) time.Duration { return time.Since(t).Round(time.Second) },
 	"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") },
 	"deref": func(s *string) string {
 		if s == nil {
