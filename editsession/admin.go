@@ -219,7 +219,10 @@ func (s *Shells) CloseByAdmin(ctx context.Context, admin *models.User, id string
 		if err := t.Close(); err != nil {
 			return fmt.Errorf("editsession: close shell %s: %w", id, err)
 		}
-	} else if err := s.db.EndTerminal(ctx, id, models.TerminalClosed, s.now()); err != nil {
+	}
+	// The shell's watch ends the lease too, a moment later; ending it here
+	// means the answer already lists the shell as gone.
+	if err := s.db.EndTerminal(ctx, id, models.TerminalClosed, s.now()); err != nil {
 		return err
 	}
 	s.rt.hint(events.TopicTerminals)
