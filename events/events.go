@@ -83,21 +83,24 @@ type Recorder struct {
 }
 
 // New returns a Recorder; Close stops its bus.
-func New(db *models.Store, log *slog.Logger) *Recorder {
+func New(db *models.Store, log *slog.Logger) *Recorder { return newRecorder(db, log, Heartbeat) }
+
+// newRecorder is New with the dashboard stream's heartbeat every beat.
+func newRecorder(db *models.Store, log *slog.Logger, beat time.Duration) *Recorder {
 	bus := sse.New()
 	bus.AutoReplay = false
 	bus.AutoStream = false
 	bus.CreateStream(SiteStream)
 	bus.CreateStream(DashboardStream)
 	r := &Recorder{db: db, bus: bus, log: log, pending: map[string]bool{}, stop: make(chan struct{})}
-	r.beating.Go(r.heartbeat)
+	r.beating.Go(func() { r.heartbeat(beat) })
 	return r
 }
 
-// heartbeat sends a comment on the dashboard stream every Heartbeat until
+// heartbeat sends a comment on the dashboard stream every beat until
 // Close.
-func (r *Recorder) heartbeat() {
-	tick := time.NewTicker(Heartbeat)
+func (r *Recorder) heartbeat(beat time.Duration) {
+	tick := time.NewTicker(beat)
 	defer tick.Stop()
 	for {
 		select {
