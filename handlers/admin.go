@@ -297,6 +297,19 @@ func (h *Dashboard) done(c *gin.Context, part string, result any) error {
 	return nil
 }
 
+// FeedForBrowsers sends a browser that opens the raw event stream, which
+// it would show as a blank page that never finishes loading, to the
+// dashboard's readable feed; scripts that ask for the stream (or for
+// anything but a page) go on to it.
+func FeedForBrowsers(c *gin.Context) error {
+	accept := c.GetHeader("Accept")
+	if strings.Contains(accept, "text/html") && !strings.Contains(accept, "text/event-stream") {
+		c.Redirect(http.StatusSeeOther, "/admin#feed-title")
+		c.Abort()
+	}
+	return nil
+}
+
 // Stream follows the dashboard's live hints; the route counts it against
 // the account's open streams.
 func (h *Dashboard) Stream(c *gin.Context) error {

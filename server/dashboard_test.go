@@ -480,6 +480,11 @@ func TestDashboardEndsSessionEverywhere(t *testing.T) {
 	if u := usageOf(t, h, id); u.Reserved == 0 {
 		t.Fatalf("an open shell holds no sandbox time: %+v", u)
 	}
+	// The session page carries the project's warning too.
+	setCounter(t, h, id, 0, h.cfg.SandboxCap*96/100)
+	if w := owner.page(base).Find(".meter-warning"); w.AttrOr("data-mark", "") != "95" {
+		t.Errorf("the session page of a project at 96 %%: warning %q", w.Text())
+	}
 
 	res = root.post("/admin/sessions/"+s.ID+"/end", nil, jsonAccept)
 	if res.StatusCode != http.StatusOK {
@@ -496,7 +501,7 @@ func TestDashboardEndsSessionEverywhere(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the shell's time to settle", func() bool {
 		u := usageOf(t, h, id)
-		return u.Reserved == 0 && u.Used > 0
+		return u.Reserved == 0 && u.Used > h.cfg.SandboxCap*96/100 // the shell's charge added
 	})
 	evs, err := h.store.EventsOf(t.Context(), id, events.SessionClosed)
 	if err != nil || len(evs) != 1 || !strings.Contains(string(evs[0].Data), `"reason": "admin"`) && !strings.Contains(string(evs[0].Data), `"reason":"admin"`) {
@@ -542,4 +547,32 @@ func TestDashboardClosesShell(t *testing.T) {
 		t.Errorf("closing a shell ended the session: %s", cs.State)
 	}
 	expectProblem(t, root.post("/admin/terminals/"+term.ID+"/close", nil, jsonAccept), http.StatusNotFound, "not_found")
+}
+
+// A browser that opens the raw event stream lands on the dashboard's
+// readable feed; a script asking for the stream still gets it.
+func TestRawEventsSendBrowsersToTheFeed(t *testing.T) {
+	h := newHarness(t)
+	root := h.user("root", true)
+	res := root.get("/admin/events", header{"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"})
+	readBody(res)
+	if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(res.Header.Get("Location"), "/admin#") {
+		t.Fatalf("a browser on /admin/events: %d %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	for _, accept := range []string{"text/event-stream", "*/*", ""} {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.srv.URL+"/admin/events", nil)
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		res, err := root.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/event-stream" {
+			t.Errorf("Accept %q: %d %s", accept, res.StatusCode, res.Header.Get("Content-Type"))
+		}
+		cancel()
+		res.Body.Close()
+	}
 }

@@ -78,7 +78,7 @@ func (a *App) routes() http.Handler {
 	admin := in.Group("/admin", h(auth.RequireSiteAdmin))
 	admin.GET("/users", h(a.users.List))
 	admin.POST("/users", h(a.users.Create))
-	admin.GET("/events", h(handlers.HoldStream(a.streams)), func(c *gin.Context) { a.Events.ServeStream(c.Writer, c.Request, events.SiteStream) })
+	admin.GET("/events", h(handlers.FeedForBrowsers), h(handlers.HoldStream(a.streams)), func(c *gin.Context) { a.Events.ServeStream(c.Writer, c.Request, events.SiteStream) })
 
 	// The dashboard answers anyone but a site admin, signed in or not, as
 	// a page that does not exist.
