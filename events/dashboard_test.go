@@ -34,6 +34,9 @@ func TestDashboardHintsGatherAndBeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
+	if res.Header.Get("X-Accel-Buffering") != "no" {
+		t.Errorf("the stream lets proxies buffer it: %v", res.Header)
+	}
 	lines := make(chan string, 64)
 	go func() {
 		sc := bufio.NewScanner(res.Body)

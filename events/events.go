@@ -90,6 +90,8 @@ func newRecorder(db *models.Store, log *slog.Logger, beat time.Duration) *Record
 	bus := sse.New()
 	bus.AutoReplay = false
 	bus.AutoStream = false
+	// A proxy that buffers would hold hints back until its buffer fills.
+	bus.Headers["X-Accel-Buffering"] = "no"
 	bus.CreateStream(SiteStream)
 	bus.CreateStream(DashboardStream)
 	r := &Recorder{db: db, bus: bus, log: log, pending: map[string]bool{}, stop: make(chan struct{})}
