@@ -34,8 +34,8 @@ type OpenSession struct {
 	LastSeenAt time.Time `json:"lastRequestAt"`
 	// IdleLeft and MaxAgeLeft are how long the session has before the idle
 	// and the age limit end it; zero once past.
-	IdleLeft   time.Duration `json:"idleLeftMs"`
-	MaxAgeLeft time.Duration `json:"maxAgeLeftMs"`
+	IdleLeft   time.Duration `json:"-"`
+	MaxAgeLeft time.Duration `json:"-"`
 	Paths      []string      `json:"changedPaths"`
 }
 
@@ -145,7 +145,7 @@ type OpenShell struct {
 	OpenedAt  time.Time     `json:"openedAt"`
 	BytesOut  uint64        `json:"bytesOut"`
 	Viewers   int           `json:"viewers"`
-	LeaseAge  time.Duration `json:"leaseAgeMs"`
+	LeaseAge  time.Duration `json:"-"`
 }
 
 // SlotUse is how many shell slots each account and the instance hold, and

@@ -268,8 +268,8 @@ func (h *Dashboard) SetCap(c *gin.Context) error {
 	var seconds *int64
 	if s := strings.TrimSpace(c.PostForm("capSeconds")); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			return meter.ErrBadCap
+		if err != nil {
+			return meter.ErrBadCap // the meter refuses a negative one
 		}
 		seconds = &n
 	}
