@@ -112,14 +112,7 @@ var funcs = template.FuncMap{
 		}
 		return ""
 	},
-	"ms": func(d time.Duration) int64 { return d.Milliseconds() },
-	// left writes a time left, to the second.
-	"left": func(d time.Duration) string {
-		d = d.Round(time.Second)
-		return fmt.Sprintf("%dm %02ds", d/time.Minute, d%time.Minute/time.Second)
-	},
-	// since is how long ago t was, to the second.
-	"since": func(t time.Time) time.Duration { return time.Since(t).Round(time.Second) },
+	"ms":    func(d time.Duration) int64 { return d.Milliseconds() },
 	"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") },
 	"deref": func(s *string) string {
 		if s == nil {
@@ -127,6 +120,13 @@ var funcs = template.FuncMap{
 		}
 		return *s
 	},
+	// left writes a time left, to the second.
+	"left": func(d time.Duration) string {
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%dm %02ds", d/time.Minute, d%time.Minute/time.Second)
+	},
+	// since is how long ago t was, to the second.
+	"since": func(t time.Time) time.Duration { return time.Since(t).Round(time.Second) },
 }
 
 // Render answers with view: JSON when the client asks for
