@@ -23,6 +23,10 @@ var (
 	ErrBadCredentials = fault.New(fault.Unauthorized, "bad_credentials", "auth: wrong username or password", "Wrong username or password.")
 	ErrSignInRequired = fault.New(fault.Unauthorized, "sign_in_required", "auth: sign in required", "Please sign in.")
 	ErrNotSiteAdmin   = fault.New(fault.Forbidden, "site_admin_only", "auth: site admins only", "Only site admins can do that.")
+	// ErrSiteAdminsOnly answers anyone but a site admin on the dashboard's
+	// URLs, signed in or not, as a page that does not exist: nobody else
+	// learns what is there.
+	ErrSiteAdminsOnly = fault.New(fault.NotFound, "not_found", "auth: site admins only (answered as not found)", "Not found.")
 	ErrCSRF           = fault.New(fault.Forbidden, "csrf", "auth: missing or wrong CSRF token", "The form is out of date or was not sent by Atelier; reload the page and try again.")
 	ErrBadUsername    = fault.New(fault.BadInput, "bad_username", "auth: a username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit", "A username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit.")
 	ErrWeakPassword   = fault.New(fault.BadInput, "weak_password", fmt.Sprintf("auth: a password has at least %d characters", MinPasswordLength), fmt.Sprintf("A password has at least %d characters.", MinPasswordLength))

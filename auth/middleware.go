@@ -106,6 +106,15 @@ func RequireSiteAdmin(c *gin.Context) error {
 	return nil
 }
 
+// HideFromNonAdmins answers everyone but site admins with
+// ErrSiteAdminsOnly, a 404, before anything else runs.
+func HideFromNonAdmins(c *gin.Context) error {
+	if u := User(c); u == nil || !u.IsAdmin {
+		return ErrSiteAdminsOnly
+	}
+	return nil
+}
+
 // User returns the signed-in user, or nil.
 func User(c *gin.Context) *models.User {
 	u, _ := c.Get(userKey)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"atelier/events"
 	"atelier/fault"
 	"atelier/meter"
 	"atelier/models"
@@ -74,8 +75,13 @@ func (r *Runtime) RunCommand(ctx context.Context, sess *Session, command, folder
 		return nil, err
 	}
 	start := r.now()
+	done := r.commands.add(&RunningCommand{SessionID: sess.ID, ProjectID: sess.ProjectID, Project: sess.Project.Name,
+		UserID: sess.UserID, Command: command, Folder: folder, StartedAt: start})
+	r.hint(events.TopicCommands)
+	defer r.hint(events.TopicCommands) // after the audit row, or the failure
 	out, runErr := r.runInCheckout(ctx, sess, uid, command, folder)
 	end := r.now()
+	done()
 	if _, err := r.sb.Meter.Settle(context.WithoutCancel(ctx), res, start, end); err != nil {
 		r.log.Error("sandbox time not settled", "session", sess.ID, "err", err)
 	}
@@ -93,10 +99,10 @@ func (r *Runtime) RunCommand(ctx context.Context, sess *Session, command, folder
 	return out, nil
 }
 
-// RunningCommands is how many commands this instance holds: running, or
+// CommandsHeld is how many commands this instance holds: running, or
 // waiting for their session's earlier command (the count
 // Sandboxes.MaxRunning bounds).
-func (r *Runtime) RunningCommands() int { return int(r.admitted.Load()) }
+func (r *Runtime) CommandsHeld() int { return int(r.admitted.Load()) }
 
 // takeSlot takes one of the instance's slots for commands, or answers
 // ErrSandboxBusy when none is free: a command is never queued behind other

@@ -46,6 +46,7 @@ const (
 	ReasonMaxAge         = "max_age"
 	ReasonArchived       = "archived"
 	ReasonProjectDeleted = "project_deleted"
+	ReasonAdmin          = "admin"
 )
 
 var (
@@ -78,6 +79,7 @@ var goneWhy = map[string]string{
 	ReasonMaxAge:         "it reached its maximum age",
 	ReasonArchived:       "the project was archived",
 	ReasonProjectDeleted: "the project was deleted",
+	ReasonAdmin:          "a site admin ended it",
 	"submitted":          "it was submitted",
 }
 

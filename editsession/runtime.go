@@ -48,6 +48,9 @@ type Sandboxes struct {
 	DiskArea  string
 	// Observer is told of every command that ran to its end; nil: nobody.
 	Observer CommandObserver
+	// Hint tells open admin dashboards what changed (events.Recorder.Hint);
+	// nil tells nobody.
+	Hint func(topic string)
 }
 
 // CommandObserver hears of commands as they end, so monitoring can count
@@ -72,6 +75,7 @@ type Runtime struct {
 	checkouts *checkouts
 	running   chan struct{} // a slot per running command; nil: no bound
 	admitted  atomic.Int64  // commands running or waiting for their session's earlier one
+	commands  runningCommands
 }
 
 // NewRuntime returns the runtime of sessions on this host.

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"atelier/auth"
+	"atelier/events"
 	"atelier/meter"
 	"atelier/models"
 	"atelier/sandbox"
@@ -132,6 +133,7 @@ func (s *Shells) OpenShell(ctx context.Context, sess *Session, slot *terminal.Sl
 		return nil, err
 	}
 	s.watching.Go(func() { s.watch(t, sh) })
+	rt.hint(events.TopicTerminals)
 	return t, nil
 }
 
@@ -154,6 +156,7 @@ func (s *Shells) watch(t *terminal.Terminal, sh *shell) {
 	if err := s.db.EndTerminal(ctx, t.ID(), models.TerminalClosed, s.now()); err != nil {
 		s.log.Warn("terminal lease not ended", "terminal", t.ID(), "err", err)
 	}
+	s.rt.hint(events.TopicTerminals)
 	if err := s.rt.captureAfterShells(ctx, sh.sessionID); err != nil {
 		s.log.Warn("changes made in a shell not captured", "session", sh.sessionID, "err", err)
 	}

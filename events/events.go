@@ -12,6 +12,9 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/r3labs/sse/v2"
 
@@ -24,8 +27,33 @@ const (
 	SessionClosed = "code.session.closed"
 )
 
-// SiteStream carries every event, for the admin dashboard.
+// SiteStream carries every event as JSON, for scripts of site admins
+// (GET /admin/events).
 const SiteStream = "site"
+
+// DashboardStream carries refresh hints to open admin dashboards: each
+// message is named after the part of the dashboard that changed (a Topic)
+// and carries no data a page needs, so a hint that is missed costs only a
+// refresh the next one brings.
+const DashboardStream = "dashboard"
+
+// Topics of DashboardStream.
+const (
+	TopicMeters    = "meters"
+	TopicSessions  = "sessions"
+	TopicTerminals = "terminals"
+	TopicCommands  = "commands"
+	TopicFeed      = "feed"
+)
+
+// Hint timing: hints of one topic that come within hintDelay are sent as
+// one, so a burst of changes costs each dashboard one refresh; Heartbeat is
+// how often an idle dashboard stream carries a comment, so proxies and
+// browsers keep it open and a dead client is noticed on the next write.
+const (
+	hintDelay = 100 * time.Millisecond
+	Heartbeat = 15 * time.Second
+)
 
 // ProjectStream names the stream of one project's events.
 func ProjectStream(projectID int64) string { return "project-" + strconv.FormatInt(projectID, 10) }
@@ -43,15 +71,76 @@ type Recorder struct {
 	db  *models.Store
 	bus *sse.Server
 	log *slog.Logger
+
+	mu      sync.Mutex
+	pending map[string]bool // topics to hint at the next flush
+	timer   *time.Timer     // the next flush; nil when none is due
+	closed  bool
+	stop    chan struct{} // ends the heartbeat
+	beating sync.WaitGroup
+
+	followers atomic.Int64 // requests in ServeStream
 }
 
 // New returns a Recorder; Close stops its bus.
-func New(db *models.Store, log *slog.Logger) *Recorder {
+func New(db *models.Store, log *slog.Logger) *Recorder { return newRecorder(db, log, Heartbeat) }
+
+// newRecorder is New with the dashboard stream's heartbeat every beat.
+func newRecorder(db *models.Store, log *slog.Logger, beat time.Duration) *Recorder {
 	bus := sse.New()
 	bus.AutoReplay = false
 	bus.AutoStream = false
+	// A proxy that buffers would hold hints back until its buffer fills.
+	bus.Headers["X-Accel-Buffering"] = "no"
 	bus.CreateStream(SiteStream)
-	return &Recorder{db: db, bus: bus, log: log}
+	bus.CreateStream(DashboardStream)
+	r := &Recorder{db: db, bus: bus, log: log, pending: map[string]bool{}, stop: make(chan struct{})}
+	r.beating.Go(func() { r.heartbeat(beat) })
+	return r
+}
+
+// heartbeat sends a comment on the dashboard stream every beat until
+// Close.
+func (r *Recorder) heartbeat(beat time.Duration) {
+	tick := time.NewTicker(beat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-tick.C:
+			r.bus.TryPublish(DashboardStream, &sse.Event{Comment: []byte("ping")})
+		}
+	}
+}
+
+// Hint tells open dashboards that topic changed. It never blocks on them:
+// hints are gathered for hintDelay and then published once.
+func (r *Recorder) Hint(topic string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.pending[topic] = true
+	if r.timer == nil {
+		r.timer = time.AfterFunc(hintDelay, r.flushHints)
+	}
+}
+
+func (r *Recorder) flushHints() {
+	r.mu.Lock()
+	topics := r.pending
+	r.pending = map[string]bool{}
+	r.timer = nil
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return
+	}
+	for topic := range topics {
+		r.bus.TryPublish(DashboardStream, &sse.Event{Event: []byte(topic), Data: []byte(topic)})
+	}
 }
 
 // Record appends e to the event log, then publishes it. A failure to store
@@ -72,6 +161,10 @@ func (r *Recorder) Record(ctx context.Context, e Event) error {
 		return err
 	}
 	r.publish(row)
+	r.Hint(TopicFeed)
+	if e.Type == SessionOpened || e.Type == SessionClosed {
+		r.Hint(TopicSessions)
+	}
 	return nil
 }
 
@@ -101,8 +194,26 @@ func (r *Recorder) ServeStream(w http.ResponseWriter, req *http.Request, stream 
 	q := req.URL.Query()
 	q.Set("stream", stream)
 	req.URL.RawQuery = q.Encode()
+	r.followers.Add(1)
+	defer r.followers.Add(-1)
 	r.bus.ServeHTTP(w, req)
 }
 
+// Followers counts the requests following the live bus on this instance
+// (dashboards and scripts).
+func (r *Recorder) Followers() int { return int(r.followers.Load()) }
+
 // Close stops the bus and ends every stream.
-func (r *Recorder) Close() { r.bus.Close() }
+func (r *Recorder) Close() {
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.stop)
+		if r.timer != nil {
+			r.timer.Stop()
+		}
+	}
+	r.mu.Unlock()
+	r.beating.Wait()
+	r.bus.Close()
+}

@@ -16,6 +16,7 @@ import (
 	"atelier/auth"
 	"atelier/code"
 	"atelier/fault"
+	"atelier/meter"
 	"atelier/models"
 	"atelier/projects"
 	"atelier/views"
@@ -29,6 +30,7 @@ type Code struct {
 	Code     *code.Service
 	// MaxImportBytes bounds an uploaded archive.
 	MaxImportBytes int64
+	Meter          *meter.Meter // the warning at 80 % and 95 % of the sandbox cap
 }
 
 type codePageView struct {
@@ -37,6 +39,7 @@ type codePageView struct {
 	Root    treeView
 	File    *fileView
 	CanEdit bool
+	Usage   meter.Usage
 }
 
 func (v codePageView) JSON() any { return gin.H{"head": v.Head, "entries": v.Root.Entries} }
@@ -78,6 +81,9 @@ func (h *Code) Page(c *gin.Context) error {
 		Head:    head,
 		Root:    treeView{ProjectID: acc.Project.ID, Entries: entries},
 		CanEdit: acc.Can(auth.CodeEdit),
+	}
+	if v.Usage, err = h.Meter.Usage(ctx, acc.Project.ID); err != nil {
+		return err
 	}
 	if p := c.Query("path"); p != "" {
 		if v.File, err = h.file(c, acc, p); err != nil {

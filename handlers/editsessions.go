@@ -43,6 +43,7 @@ type sessionView struct {
 	Now     time.Time
 	Open    string
 	Hint    string // the command box's example
+	Usage   meter.Usage
 }
 
 func (v sessionView) JSON() any {
@@ -85,9 +86,13 @@ func (h *EditSessions) Page(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	_, usage, err := h.Runtime.History(c.Request.Context(), sess)
+	if err != nil {
+		return err
+	}
 	return h.Render.Render(c, http.StatusOK, "session", sessionView{
 		Session: sess, Tree: sessionTreeView{Base: base(sess), Entries: entries},
-		Idle: h.Idle, Now: h.Now(), Open: c.Query("path"), Hint: h.CommandHint,
+		Idle: h.Idle, Now: h.Now(), Open: c.Query("path"), Hint: h.CommandHint, Usage: usage,
 	})
 }
 

@@ -39,6 +39,7 @@ func problemCases(t *testing.T) []problemCase {
 	var cs []problemCase
 	for _, e := range []error{
 		auth.ErrSignInRequired, auth.ErrBadCredentials, auth.ErrCSRF, auth.ErrForbidden, auth.ErrNotSiteAdmin,
+		auth.ErrSiteAdminsOnly, editsession.ErrNotSiteAdmin, meter.ErrBadCap,
 		auth.ErrBadUsername, auth.ErrWeakPassword, auth.ErrUserExists,
 		projects.ErrNotFound, projects.ErrBadName, projects.ErrBadMode, projects.ErrPathInMode, projects.ErrArchived,
 		projects.ErrLastOwner, projects.ErrUnknownUser, projects.ErrBadRole, projects.ErrBadNetwork,
@@ -85,7 +86,7 @@ func problemCases(t *testing.T) []problemCase {
 
 	// Typed errors.
 	for _, r := range []string{editsession.ReasonDiscarded, editsession.ReasonIdle, editsession.ReasonMaxAge,
-		editsession.ReasonArchived, editsession.ReasonProjectDeleted, "submitted"} {
+		editsession.ReasonArchived, editsession.ReasonProjectDeleted, editsession.ReasonAdmin, "submitted"} {
 		cs = append(cs, problemCase{"gone " + r, wrap(&editsession.GoneError{Reason: r})})
 	}
 	pathErr := &workspace.PathError{Path: "/etc/x", Reason: workspace.ReasonSystem,
@@ -218,6 +219,16 @@ var wantProblems = map[string]wantProblem{
 	"wrapped auth: your role in this project does not allow that": {403, "forbidden", "Your role in this project does not allow that.", ""},
 	"auth: site admins only":                                      {403, "site_admin_only", "Only site admins can do that.", ""},
 	"wrapped auth: site admins only":                              {403, "site_admin_only", "Only site admins can do that.", ""},
+
+	// The admin dashboard's refusals.
+	"auth: site admins only (answered as not found)":               {404, "not_found", "Not found.", ""},
+	"wrapped auth: site admins only (answered as not found)":       {404, "not_found", "Not found.", ""},
+	"editsession: only site admins may do this":                    {404, "not_found", "Not found.", ""},
+	"wrapped editsession: only site admins may do this":            {404, "not_found", "Not found.", ""},
+	"meter: a cap is a whole number of seconds, 0 or more":         {400, "bad_cap", "A cap is a whole number of seconds, 0 or more; leave it empty for the default.", ""},
+	"wrapped meter: a cap is a whole number of seconds, 0 or more": {400, "bad_cap", "A cap is a whole number of seconds, 0 or more; leave it empty for the default.", ""},
+	"gone admin": {410, "admin", "The session has ended: a site admin ended it.", ""},
+
 	"auth: a username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit":                                  {400, "bad_username", "A username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit.", ""},
 	"wrapped auth: a username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit":                          {400, "bad_username", "A username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit.", ""},
 	"auth: a password has at least 8 characters":                                                                   {400, "weak_password", "A password has at least 8 characters.", ""},

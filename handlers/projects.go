@@ -8,6 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"atelier/auth"
+	"atelier/meter"
 	"atelier/models"
 	"atelier/projects"
 	"atelier/views"
@@ -18,6 +19,7 @@ import (
 type Projects struct {
 	Render   *views.Renderer
 	Projects *projects.Service
+	Meter    *meter.Meter // the warning at 80 % and 95 % of the sandbox cap
 }
 
 type projectsView struct {
@@ -116,6 +118,7 @@ type projectView struct {
 	CanManage    bool
 	CanDelete    bool
 	Members      membersView
+	Usage        meter.Usage
 }
 
 func (v projectView) JSON() any {
@@ -138,6 +141,9 @@ func (h *Projects) Show(c *gin.Context) error {
 		CanManage: acc.Can(auth.ProjectManage),
 		CanDelete: acc.Can(auth.ProjectOwn),
 		Members:   members,
+	}
+	if v.Usage, err = h.Meter.Usage(c.Request.Context(), acc.Project.ID); err != nil {
+		return err
 	}
 	if err := h.Projects.CodeReady(acc.Project); err != nil {
 		v.CodeNotReady = ProblemOf(err).Message

@@ -50,6 +50,18 @@ type Meter struct {
 	db         *models.Store
 	defaultCap int64
 	now        func() time.Time
+	notify     func(projectID int64)
+}
+
+// OnChange has fn told of every change to a project's meter (a
+// reservation, a renewal, a settlement, a new cap), after it is committed.
+// fn must not block; call OnChange before the meter is used.
+func (m *Meter) OnChange(fn func(projectID int64)) { m.notify = fn }
+
+func (m *Meter) changed(projectID int64) {
+	if m.notify != nil {
+		m.notify(projectID)
+	}
 }
 
 // New returns a meter over db. defaultCap is SANDBOX_MONTHLY_SECONDS; now is
@@ -96,6 +108,7 @@ func (m *Meter) Reserve(ctx context.Context, projectID int64, instance string) (
 		}
 		return nil, fmt.Errorf("meter: reserve for project %d: %w", projectID, err)
 	}
+	m.changed(projectID)
 	return fromModel(mr), nil
 }
 
@@ -121,6 +134,7 @@ func (m *Meter) Renew(ctx context.Context, r *Reservation) error {
 		return fmt.Errorf("meter: renew reservation %d: %w", r.ID, err)
 	}
 	r.Seconds = mr.Seconds
+	m.changed(r.ProjectID)
 	return nil
 }
 
@@ -148,6 +162,7 @@ func (m *Meter) Settle(ctx context.Context, r *Reservation, start, end time.Time
 	if err != nil {
 		return 0, fmt.Errorf("meter: settle reservation %d: %w", r.ID, err)
 	}
+	m.changed(r.ProjectID)
 	return charged, nil
 }
 
@@ -182,6 +197,7 @@ func (m *Meter) SettleAbandoned(ctx context.Context, instance string) (int, erro
 		if err != nil {
 			return n, fmt.Errorf("meter: settle abandoned reservation %d of %q: %w", r.ID, r.Instance, err)
 		}
+		m.changed(r.ProjectID)
 		n++
 	}
 	return n, nil

@@ -77,7 +77,7 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(terminalsDesc, prometheus.GaugeValue, float64(g.src.Terminals.RunningCount()))
 	ch <- prometheus.MustNewConstMetric(viewersDesc, prometheus.GaugeValue, float64(g.src.Streams.Total()))
-	ch <- prometheus.MustNewConstMetric(runningDesc, prometheus.GaugeValue, float64(g.src.Commands.RunningCommands()))
+	ch <- prometheus.MustNewConstMetric(runningDesc, prometheus.GaugeValue, float64(g.src.Commands.CommandsHeld()))
 	if g.src.Changes != nil {
 		if byStatus, err := g.src.Changes.CountByStatus(ctx); err != nil {
 			ch <- prometheus.NewInvalidMetric(changesDesc, err)

@@ -33,7 +33,7 @@ type Sources struct {
 	Store     Store
 	Terminals interface{ RunningCount() int } // open shells
 	Streams   interface{ Total() int }        // open event streams (SSE viewers)
-	Commands  interface{ RunningCommands() int }
+	Commands  interface{ CommandsHeld() int }
 	// Changes counts Changes by status.
 	//
 	// HOOK(changes): nil until the changes package exists on this branch;

@@ -265,3 +265,70 @@ func translateUsage(err error) error {
 	}
 	return err
 }
+
+// ProjectMeter is one project's meter for one month, as the admin
+// dashboard lists it.
+type ProjectMeter struct {
+	ProjectID       int64
+	Project         string
+	Month           time.Time
+	UsedSeconds     int64
+	ReservedSeconds int64
+	CapSeconds      int64  // the project's override, else the default given
+	CapOverride     *int64 // the project's own cap, nil for the default
+	AwakeUntil      *time.Time
+}
+
+// SandboxMeters returns every active project's meter for month, by name;
+// a project without a counter that month reads as zero.
+func (s *Store) SandboxMeters(ctx context.Context, month time.Time, defaultCap int64) ([]ProjectMeter, error) {
+	key, err := monthKey(month)
+	if err != nil {
+		return nil, err
+	}
+	var ms []ProjectMeter
+	err = s.db.WithContext(ctx).Raw(`SELECT p.id AS project_id, p.name AS project, CAST(? AS date) AS month,
+			COALESCE(u.used_seconds, 0) AS used_seconds, COALESCE(u.reserved_seconds, 0) AS reserved_seconds,
+			COALESCE(p.sandbox_monthly_seconds, ?) AS cap_seconds, p.sandbox_monthly_seconds AS cap_override,
+			a.awake_until
+		FROM projects AS p
+		LEFT JOIN usage_counters AS u ON u.project_id = p.id AND u.month = CAST(? AS date)
+		LEFT JOIN sandbox_awake AS a ON a.project_id = p.id
+		WHERE p.status = 'active'
+		ORDER BY p.name, p.id`, key, defaultCap, key).Scan(&ms).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: sandbox meters of %s: %w", key, err)
+	}
+	return ms, nil
+}
+
+// MonthUsage is what one project used in one month.
+type MonthUsage struct {
+	ProjectID       int64
+	Project         string
+	Month           time.Time
+	UsedSeconds     int64
+	ReservedSeconds int64
+}
+
+// SandboxUsageSince returns every counter from the month since on, by
+// project and month. The counters are the meter itself: these rows sum to
+// what the meter charged.
+func (s *Store) SandboxUsageSince(ctx context.Context, since time.Time) ([]MonthUsage, error) {
+	key, err := monthKey(since)
+	if err != nil {
+		return nil, err
+	}
+	var us []MonthUsage
+	err = s.db.WithContext(ctx).Raw(`SELECT u.project_id, p.name AS project, u.month, u.used_seconds, u.reserved_seconds
+		FROM usage_counters AS u JOIN projects AS p ON p.id = u.project_id
+		WHERE u.month >= CAST(? AS date)
+		ORDER BY p.name, u.project_id, u.month`, key).Scan(&us).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: sandbox usage since %s: %w", key, err)
+	}
+	for i := range us {
+		us[i].Month = us[i].Month.UTC()
+	}
+	return us, nil
+}

@@ -61,6 +61,7 @@ type App struct {
 	edit     *handlers.EditSessions
 	metrics  *metrics.Metrics
 	scrape   *handlers.Metrics
+	admin    *handlers.Dashboard
 
 	maxImportBytes int64
 	inputBytes     int
@@ -123,6 +124,8 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		return nil, err
 	}
 	usage := meter.New(store, cfg.SandboxCap, now)
+	// Open dashboards hear of every change to a meter.
+	usage.OnChange(func(int64) { recorder.Hint(events.TopicMeters) })
 	instance := newInstanceID()
 	terms := terminal.NewManager(terminal.Config{})
 	streams := limits.NewStreams()
@@ -131,7 +134,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		Box: box, Meter: usage, LocalArea: cfg.SandboxDir(),
 		UIDBase: cfg.Sandbox.UIDBase, UIDCount: cfg.Sandbox.UIDCount, Instance: instance,
 		MaxRunning: cfg.SandboxMaxRunning, DiskBytes: cfg.SandboxDiskBytes, DiskArea: cfg.SandboxDiskDir(),
-		Observer: metered,
+		Observer: metered, Hint: recorder.Hint,
 	}, terms, now, log)
 	// HOOK(changes): add Changes: <the changes service> once it exists.
 	metered.Read(metrics.Sources{Meter: usage, Store: store, Terminals: terms, Streams: streams, Commands: runtime})
@@ -157,12 +160,14 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		adapter:      handlers.Adapter{Render: render, Log: log},
 		cookies:      auth.Cookies{AlwaysSecure: cfg.SecureCookies},
 		health:       &handlers.Health{Ping: store.Ping},
-		projects:     &handlers.Projects{Render: render, Projects: projectSvc},
+		projects:     &handlers.Projects{Render: render, Projects: projectSvc, Meter: usage},
 		users:        &handlers.Users{Render: render, Auth: authSvc, Store: store},
 		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
-			MaxImportBytes: cfg.MaxImportBytes},
+			MaxImportBytes: cfg.MaxImportBytes, Meter: usage},
 		edit: &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc,
 			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now, CommandHint: commandHint(box)},
+		admin: &handlers.Dashboard{Render: render, Meter: usage, Sessions: sessionSvc, Runtime: runtime,
+			Shells: shells, Events: recorder, Store: store},
 		maxImportBytes: cfg.MaxImportBytes,
 		inputBytes:     terms.Config().InputBytes,
 		streams:        streams,

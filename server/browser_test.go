@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,8 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"atelier/meter"
 )
 
 // chromium finds Debian's chromium, which the README's test command installs.
@@ -574,5 +577,70 @@ func TestBrowserOddFileNames(t *testing.T) {
 		waitFor("the editor to open "+name, func() bool {
 			return eval(`document.querySelector("#editor-path").textContent`) == name && strings.TrimSpace(eval(editor)) == want
 		})
+	}
+}
+
+// A site admin watches the dashboard while someone runs a command: the
+// project's meter moves on the open page within a second of the
+// reservation and again within a second of the settlement, without a
+// reload, over the tab's one live stream.
+func TestBrowserDashboardMeterMoves(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	h.user("root", true)
+	_, base := owner.session(id)
+	ctx := browser(t)
+	row := `#meter-` + itoa(id)
+	err := do(ctx, signIn(h, "root", "password-root"),
+		chromedp.Navigate(h.srv.URL+"/admin"),
+		shows(row),
+	)
+	if err != nil {
+		t.Fatalf("dashboard: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the tab to follow the live stream", func() bool { return h.app.Events.Followers() == 1 })
+	attr := func(name string) string {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("`+row+`")?.dataset.`+name+` ?? ""`))
+		if err != nil {
+			return "(" + err.Error() + ")"
+		}
+		return v
+	}
+	if used, reserved := attr("used"), attr("reserved"); used != "0" || reserved != "0" {
+		t.Fatalf("before: used %s reserved %s", used, reserved)
+	}
+	// moves waits until the row shows want, and fails past a second.
+	moves := func(name, want string, since time.Time) {
+		t.Helper()
+		for attr(name) != want {
+			if time.Since(since) > time.Second {
+				t.Fatalf("the dashboard's %s is %s a second after the change, want %s", name, attr(name), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("%s moved to %s after %v", name, want, time.Since(since).Round(time.Millisecond))
+	}
+
+	done := make(chan commandJSON, 1)
+	started := time.Now()
+	go func() {
+		out, _ := owner.run(base, "sleep 2; echo ran", "")
+		done <- out
+	}()
+	moves("reserved", strconv.FormatInt(meter.Chunk, 10), started)
+	out := <-done
+	ended := time.Now()
+	if !strings.Contains(out.Stdout, "ran") {
+		t.Fatalf("command: %+v", out)
+	}
+	u, err := h.app.Meter.Usage(t.Context(), id)
+	if err != nil || u.Used == 0 {
+		t.Fatalf("usage after the command: %+v %v", u, err)
+	}
+	moves("used", strconv.FormatInt(u.Used, 10), ended)
+	moves("reserved", "0", ended)
+	if text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#commands`))); !strings.Contains(text, "sleep 2; echo ran") || strings.Contains(text, "\nran") {
+		t.Errorf("the commands panel reads %q: the command, never its output", text)
 	}
 }

@@ -164,8 +164,10 @@ func TestPageRoutes(t *testing.T) {
 				return http.StatusNotFound // a session of someone else is not found
 			}
 			siteAdmin := http.StatusForbidden
+			dashboard := http.StatusNotFound // hidden from everyone else
 			if u.admin {
 				siteAdmin = http.StatusOK
+				dashboard = http.StatusOK
 			}
 			routes := []struct {
 				path string
@@ -196,6 +198,17 @@ func TestPageRoutes(t *testing.T) {
 				{u.base + "/commands", editor(http.StatusOK), true},
 				{u.base + "/terminals", editor(http.StatusOK), false},
 				{"/admin/users", siteAdmin, siteAdmin == http.StatusOK},
+				{"/admin", dashboard, dashboard == http.StatusOK},
+				{"/admin?part=meters&q=" + p.kind + "&sort=use", dashboard, dashboard == http.StatusOK},
+				{"/admin?part=sessions", dashboard, dashboard == http.StatusOK},
+				{"/admin?part=terminals", dashboard, dashboard == http.StatusOK},
+				{"/admin?part=commands", dashboard, dashboard == http.StatusOK},
+				{"/admin?part=feed", dashboard, dashboard == http.StatusOK},
+				{"/admin?part=nothing", http.StatusNotFound, true},
+				{"/admin/meters", dashboard, false},
+				{"/admin/meters.csv", dashboard, false},
+				{"/admin/sessions", dashboard, false},
+				{"/admin/terminals", dashboard, false},
 				{"/projects/999999", http.StatusNotFound, true},
 				{"/no-such-page", http.StatusNotFound, true},
 			}

@@ -79,7 +79,20 @@ func (a *App) routes() http.Handler {
 	admin := in.Group("/admin", h(auth.RequireSiteAdmin))
 	admin.GET("/users", h(a.users.List))
 	admin.POST("/users", h(a.users.Create))
-	admin.GET("/events", h(handlers.HoldStream(a.streams)), func(c *gin.Context) { a.Events.ServeStream(c.Writer, c.Request, events.SiteStream) })
+	admin.GET("/events", h(handlers.FeedForBrowsers), h(handlers.HoldStream(a.streams)), func(c *gin.Context) { a.Events.ServeStream(c.Writer, c.Request, events.SiteStream) })
+
+	// The dashboard answers anyone but a site admin, signed in or not, as
+	// a page that does not exist.
+	dash := site.Group("/admin", h(auth.HideFromNonAdmins))
+	dash.GET("", h(a.admin.Page))
+	dash.GET("/meters", h(a.admin.Meters))
+	dash.GET("/meters.csv", h(a.admin.MetersCSV))
+	dash.GET("/sessions", h(a.admin.SessionsJSON))
+	dash.POST("/sessions/:sid/end", h(a.admin.EndSession))
+	dash.GET("/terminals", h(a.admin.Terminals))
+	dash.POST("/terminals/:tid/close", h(a.admin.CloseTerminal))
+	dash.GET("/stream", h(handlers.HoldStream(a.streams)), h(a.admin.Stream))
+	dash.POST("/projects/:id/cap", h(a.admin.SetCap))
 
 	r.NoRoute(a.adapter.NotFound)
 	r.NoMethod(a.adapter.NotFound)

@@ -2,6 +2,7 @@ package terminal
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -269,6 +270,14 @@ func (m *Manager) Usage(account string) (accountShells, instanceShells int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.byAccount[account], m.running
+}
+
+// Slots is how many shell slots each account holds and how many the
+// instance does.
+func (m *Manager) Slots() (byAccount map[string]int, instance int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.byAccount), m.running
 }
 
 // Close closes every terminal and refuses new ones; for server shutdown.

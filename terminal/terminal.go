@@ -310,6 +310,13 @@ func (t *Terminal) Offset() uint64 {
 	return t.out.end
 }
 
+// Viewers is how many viewers follow the output now.
+func (t *Terminal) Viewers() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.viewers)
+}
+
 // Oldest is the offset of the oldest output byte still in the ring.
 func (t *Terminal) Oldest() uint64 {
 	t.mu.Lock()

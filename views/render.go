@@ -94,6 +94,8 @@ var funcs = template.FuncMap{
 		return used * 100 / whole
 	},
 	"minutes": func(seconds int64) int64 { return seconds / 60 },
+	// percentOf is pct percent of whole.
+	"percentOf": func(whole int64, pct int) int64 { return whole * int64(pct) / 100 },
 	// lines splits text into its lines.
 	"lines": func(s string) []string { return strings.Split(strings.TrimSuffix(s, "\n"), "\n") },
 	// diffClass colours a line of a unified diff.
@@ -118,6 +120,13 @@ var funcs = template.FuncMap{
 		}
 		return *s
 	},
+	// left writes a time left, to the second.
+	"left": func(d time.Duration) string {
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%dm %02ds", d/time.Minute, d%time.Minute/time.Second)
+	},
+	// since is how long ago t was, to the second.
+	"since": func(t time.Time) time.Duration { return time.Since(t).Round(time.Second) },
 }
 
 // Render answers with view: JSON when the client asks for

@@ -7,6 +7,8 @@ npm ci --no-audit --no-fund --ignore-scripts
 out=../vendor
 mkdir -p "$out"
 cp node_modules/htmx.org/dist/htmx.min.js "$out/htmx.min.js"
+# htmx 4's own SSE extension (hx-sse:connect), for the admin dashboard.
+cp node_modules/htmx.org/dist/ext/hx-sse.min.js "$out/hx-sse.min.js"
 cp node_modules/htmx.org/LICENSE "$out/htmx.LICENSE"
 
 # CodeMirror 6 and the languages editor.js imports, as one classic script

@@ -1,0 +1,5 @@
+-- Sessions ended by an admin read as discarded once the reason is gone.
+UPDATE code_sessions SET close_reason = 'discarded' WHERE close_reason = 'admin';
+ALTER TABLE code_sessions DROP CONSTRAINT code_sessions_reason_known;
+ALTER TABLE code_sessions ADD CONSTRAINT code_sessions_reason_known
+    CHECK (close_reason IN ('discarded', 'idle', 'max_age', 'archived', 'submitted', 'project_deleted'));
