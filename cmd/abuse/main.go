@@ -87,7 +87,7 @@ func sizesFor(short bool) sizes {
 const (
 	adminPassword = "abuse-admin-password-1"
 	victimName    = "victim"
-	rssMax        = 512 << 20 // the server's resident memory, at any moment
+	rssMax        = 512 << 20 // the server's resident memory, at any moment of a case that bounds it
 	streamCap     = 64
 )
 
@@ -116,7 +116,7 @@ func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 	}
 
 	var rows []row
-	measure := func(attack, size string, fault bool, f func() (string, bool)) {
+	measure := func(attack, size string, fault, memoryBound bool, f func() (string, bool)) {
 		if !pick.MatchString(attack) {
 			return
 		}
@@ -129,25 +129,25 @@ func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 				return
 			}
 		}
-		rows = append(rows, srv.measure(attack, size, sz.p99Bound, fault, f))
+		rows = append(rows, srv.measure(attack, size, sz.p99Bound, fault, memoryBound, f))
 	}
-	measure("slow bodies", fmt.Sprintf("%d conns, 1 byte / 2 s, %s", sz.slowConns, sz.slowFor), false,
+	measure("slow bodies", fmt.Sprintf("%d conns, 1 byte / 2 s, %s", sz.slowConns, sz.slowFor), false, false,
 		func() (string, bool) { return slowBodies(srv.addr, sz.slowConns, sz.slowFor) })
-	measure("concurrent wrong passwords", fmt.Sprintf("%d parallel", sz.wrongLogins), false,
+	measure("concurrent wrong passwords", fmt.Sprintf("%d parallel", sz.wrongLogins), false, true,
 		func() (string, bool) { return wrongPasswords(srv.base, sz.wrongLogins) })
-	measure("stream flood (/admin/events)", fmt.Sprintf("%d streams, one account", sz.streams), false,
+	measure("stream flood (/admin/events)", fmt.Sprintf("%d streams, one account", sz.streams), false, false,
 		func() (string, bool) { return streamFlood(srv.addr, c, sz.streams) })
-	measure("large download (/code/raw)", fmt.Sprintf("%d MiB file, %d at once", sz.downloadBytes>>20, sz.downloads), false,
+	measure("large download (/code/raw)", fmt.Sprintf("%d MiB file, %d at once", sz.downloadBytes>>20, sz.downloads), false, true,
 		func() (string, bool) { return largeDownload(c, sz.downloadBytes, sz.downloads) })
-	measure("large import (large files)", fmt.Sprintf("%d files of %d MiB", sz.largeFiles, sz.largeFileSize>>20), false,
+	measure("large import (large files)", fmt.Sprintf("%d files of %d MiB", sz.largeFiles, sz.largeFileSize>>20), false, true,
 		func() (string, bool) { return largeImport(c, sz.largeFiles, sz.largeFileSize) })
-	measure("large import (many files)", fmt.Sprintf("%d files", sz.manyFiles), false,
+	measure("large import (many files)", fmt.Sprintf("%d files", sz.manyFiles), false, true,
 		func() (string, bool) { return manyFilesImport(c, sz.manyFiles) })
-	measure("PostgreSQL restart", fmt.Sprintf("down %s under saves and reads", sz.outage), true,
+	measure("PostgreSQL restart", fmt.Sprintf("down %s under saves and reads", sz.outage), true, true,
 		func() (string, bool) { return databaseRestart(srv, c, sz.outage) })
-	measure("MinIO stop", fmt.Sprintf("down %s under Code page reads and an import", sz.outage), true,
+	measure("MinIO stop", fmt.Sprintf("down %s under Code page reads and an import", sz.outage), true, true,
 		func() (string, bool) { return objectStoreStop(srv, c, sz.outage) })
-	measure("SIGKILL mid-command and shell", "one command, one shell, restart", true,
+	measure("SIGKILL mid-command and shell", "one command, one shell, restart", true, true,
 		func() (string, bool) { return serverKill(srv, c) })
 
 	var b strings.Builder
@@ -160,7 +160,7 @@ func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 		}
 	}
 	if len(failed) > 0 {
-		return b.String(), fmt.Errorf("abuse: bounds failed: %s", strings.Join(failed, ", "))
+		return b.String(), fmt.Errorf("abuse: bounds failed: %s (the server's log: %s)", strings.Join(failed, ", "), srv.keepLog())
 	}
 	return b.String(), nil
 }
@@ -293,6 +293,20 @@ func (s *server) restart() error {
 	return s.launch()
 }
 
+// keepLog copies the server's log out of the folder stop removes and
+// returns where it went.
+func (s *server) keepLog() string {
+	b, err := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	if err != nil {
+		return err.Error()
+	}
+	path := s.dir + ".log"
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return err.Error()
+	}
+	return path
+}
+
 // kill ends the server with SIGKILL, as a crash or the OOM killer would,
 // and waits until it is gone.
 func (s *server) kill() {
@@ -323,11 +337,16 @@ func (s *server) stop() {
 }
 
 // measure runs one attack while an honest client polls /healthz and a
-// sampler watches the server's memory and descriptors. In a fault (the
+// sampler watches the server's memory and descriptors. memoryBound holds
+// the server's RSS under rssMax; issue 12 sets that target for the
+// password flood, the downloads and the imports, and the suite for the
+// faults. A connection flood's memory follows the connection bound
+// instead (each held connection costs some tens of KiB), so it is shown
+// but not bound. In a fault (the
 // database or the server itself away) the honest client's polls may be
 // refused or answered 503, but each must be answered within the bound: a
 // hung poll counts as its full timeout.
-func (s *server) measure(attack, size string, p99Bound time.Duration, fault bool, f func() (string, bool)) row {
+func (s *server) measure(attack, size string, p99Bound time.Duration, fault, memoryBound bool, f func() (string, bool)) row {
 	baseRSS := rss(int(s.pid.Load()))
 	limit := fdLimit(int(s.pid.Load()))
 	var peakRSS, peakFDs atomic.Int64
@@ -364,7 +383,8 @@ func (s *server) measure(attack, size string, p99Bound time.Duration, fault bool
 	wg.Wait()
 
 	lat := make([]time.Duration, len(polls))
-	down, wrong := 0, 0
+	down := 0
+	wrong := map[string]int{} // what the failed polls got
 	for i, p := range polls {
 		lat[i] = p.took
 		switch {
@@ -373,7 +393,14 @@ func (s *server) measure(attack, size string, p99Bound time.Duration, fault bool
 			down++
 		default:
 			lat[i] = pollTimeout
-			wrong++
+			switch {
+			case p.status != 0:
+				wrong[strconv.Itoa(p.status)]++
+			case p.refused:
+				wrong["refused"]++
+			default:
+				wrong["hung"]++
+			}
 		}
 	}
 	p50, p99 := percentile(lat, 50), percentile(lat, 99)
@@ -391,10 +418,15 @@ func (s *server) measure(attack, size string, p99Bound time.Duration, fault bool
 	if len(lat) == 0 || p99 > p99Bound {
 		why = append(why, fmt.Sprintf("healthz p99 over %s", p99Bound))
 	}
-	if wrong > 0 {
-		why = append(why, fmt.Sprintf("%d polls failed or hung", wrong))
+	if len(wrong) > 0 {
+		var kinds []string
+		for k, n := range wrong {
+			kinds = append(kinds, fmt.Sprintf("%d %s", n, k))
+		}
+		sort.Strings(kinds)
+		why = append(why, "polls failed: "+strings.Join(kinds, ", "))
 	}
-	if peakRSS.Load() > rssMax {
+	if memoryBound && peakRSS.Load() > rssMax {
 		why = append(why, fmt.Sprintf("RSS over %d MiB", rssMax>>20))
 	}
 	if limit > 0 && peakFDs.Load() >= limit {
