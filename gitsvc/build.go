@@ -150,6 +150,13 @@ func (s *Service) BuildTree(ctx context.Context, r *Repo, add func(*TreeBuilder)
 	return tree, nil
 }
 
+// buildTimeout bounds the fast-import of one BuildTree. It takes as long
+// as its input, which can be gigabytes (an import's archive may unpack to
+// 2 GiB) and runs at the disk's pace, so the per-process timeout meant for
+// quick commands would cut a large import short; the caller's context ends
+// it when the request goes away.
+const buildTimeout = StreamTimeout
+
 // importBlobs runs fast-import with add feeding it through a pipe. The pipe
 // is an *os.File so git reads it directly; on a failure of add the process
 // is killed before its input ends, so git never takes a cut stream for a
@@ -182,7 +189,7 @@ func (s *Service) importBlobs(ctx context.Context, r *Repo, marks string, b *Tre
 		fed <- pw.Close()
 	}()
 	c := newCommand("fast-import", "--quiet", "--done").lit(lit("--export-marks=" + marks))
-	_, runErr := s.run(fctx, c, runOpts{repo: r, stdin: pr})
+	_, runErr := s.run(fctx, c, runOpts{repo: r, stdin: pr, timeout: buildTimeout})
 	// git is gone: a feeder still writing gets EPIPE instead of waiting
 	// on a pipe nobody reads, and git's own failure is the one to tell.
 	pr.Close()

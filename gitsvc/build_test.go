@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // A tree built from streamed contents holds files, executables and links
@@ -91,5 +92,26 @@ func TestBuildTreeRefusals(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(s.tmp); len(left) != 0 {
 		t.Errorf("temporary files left: %v", left)
+	}
+}
+
+// Building a tree takes as long as its contents take to arrive, past the
+// timeout of ordinary git commands: a large import is not cut short.
+func TestBuildTreeOutlastsTheCommandTimeout(t *testing.T) {
+	ctx := testContext(t)
+	s := newService(t, func(c *Config) { c.Timeout = time.Second })
+	r, _ := mustCreate(t, s, "slow")
+	tree, err := s.BuildTree(ctx, r, func(b *TreeBuilder) error {
+		if err := b.File("first.txt", false, 6, strings.NewReader("first\n")); err != nil {
+			return err
+		}
+		time.Sleep(2500 * time.Millisecond) // a large file on its way
+		return b.File("second.txt", false, 7, strings.NewReader("second\n"))
+	})
+	if err != nil {
+		t.Fatalf("a build longer than the command timeout: %v", err)
+	}
+	if got := tgit(t, r.GitDir, "ls-tree", "--name-only", tree); got != "first.txt\nsecond.txt" {
+		t.Fatalf("tree: %q", got)
 	}
 }

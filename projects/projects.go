@@ -254,8 +254,26 @@ func (s *Service) removeOwned(ctx context.Context, p *models.Project, dir, repo 
 	}
 }
 
-// PublishPending publishes every canonical commit the object store lacks;
-// the server runs it at start so a publish that failed is not lost.
+// KeepPublished runs PublishPending now and then every interval until ctx
+// ends, so a publish that failed while the object store was away (at
+// start, after an import, after a release) lands once the store is back,
+// without a restart.
+func (s *Service) KeepPublished(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := s.PublishPending(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("publishing pending canonical commits failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// PublishPending publishes every canonical commit the object store lacks.
 func (s *Service) PublishPending(ctx context.Context) error {
 	ps, err := s.store.UnpublishedProjects(ctx)
 	if err != nil {

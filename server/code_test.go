@@ -23,6 +23,7 @@ import (
 	"github.com/PuerkitoBio/goquery"
 
 	"atelier/models"
+	"atelier/storage"
 	"atelier/storage/miniotest"
 )
 
@@ -456,4 +457,54 @@ func TestCodePageSurvivesObjectStoreOutage(t *testing.T) {
 	if time.Since(start) > 20*time.Second {
 		t.Fatalf("reads took %v with the object store down", time.Since(start))
 	}
+}
+
+// A publish that failed while MinIO was down lands once it is back, without
+// a restart: the server's retry pass finds the commit and stores it.
+func TestPublishRetriedWhenObjectStoreReturns(t *testing.T) {
+	minio := miniotest.Start(t)
+	h := newHarness(t, func(c *Config) { c.S3 = minio.Config("atelier") })
+	c := h.user("owner", false)
+	id := c.createProject("retry")
+	minio.Kill()
+	archive := tarGz(t, []entry{{name: "a.txt", body: "imported while the store was down\n"}})
+	if res := c.upload(id, "a.tar.gz", archive, jsonAccept); res.StatusCode != http.StatusOK {
+		t.Fatalf("import with MinIO down: %d %s", res.StatusCode, readBody(res))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.app.Projects.KeepPublished(ctx, 100*time.Millisecond) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if ps, err := h.store.UnpublishedProjects(ctx); err != nil || len(ps) != 1 || ps[0].ID != id {
+		t.Fatalf("unpublished while MinIO is down: %+v %v", ps, err)
+	}
+	if err := minio.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ps, err := h.store.UnpublishedProjects(ctx)
+		if err == nil && len(ps) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still unpublished 30 s after MinIO came back: %+v %v", ps, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// What was recorded is really in the store.
+	commit := *c.project(id).CanonicalCommit
+	root, err := h.store.PublishedRoot(ctx, commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects, err := storage.NewS3(ctx, minio.Config("atelier"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := objects.Get(ctx, "trees/"+root)
+	if err != nil {
+		t.Fatalf("the published root tree is not in MinIO: %v", err)
+	}
+	rc.Close()
 }

@@ -51,6 +51,10 @@ func (d *Database) Close(ctx context.Context) error {
 	return d.cluster.Stop(ctx)
 }
 
+// publishRetryEvery is how often canonical commits the object store lacks
+// are published again; a pass that finds none is one small query.
+const publishRetryEvery = 15 * time.Second
+
 // Run serves Atelier until ctx ends, then shuts down in order: stop taking
 // requests, let in-flight ones finish, close the pool, stop PostgreSQL.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (err error) {
@@ -114,11 +118,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	go app.EditSessions.Run(ctx)
 	go app.Runtime.Run(ctx)
 	go app.Shells.Run(ctx)
-	go func() {
-		if err := app.Projects.PublishPending(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("publishing pending canonical commits failed", "err", err)
-		}
-	}()
+	go app.Projects.KeepPublished(ctx, publishRetryEvery)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	select {

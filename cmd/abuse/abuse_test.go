@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"regexp"
 	"testing"
 )
 
@@ -11,7 +12,7 @@ func TestShortSuite(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("precondition: root, since the embedded PostgreSQL runs as the postgres account")
 	}
-	table, err := run(true, os.Stderr)
+	table, err := run(true, regexp.MustCompile(""), os.Stderr)
 	t.Log("\n" + table)
 	if err != nil {
 		t.Fatal(err)

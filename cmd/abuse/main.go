@@ -1,10 +1,13 @@
-// Command abuse starts a real Atelier server and attacks it from 127.0.0.1
-// while an honest client polls /healthz, then prints what held: the honest
-// client's latency, the server's peak memory and descriptors, and whether
-// each bound was kept. It exits non-zero when one was not.
+// Command abuse starts a real Atelier server, with a PostgreSQL and a MinIO
+// of its own, and attacks it from 127.0.0.1 while an honest client polls
+// /healthz, then takes away what it stands on: PostgreSQL, MinIO, and the
+// server itself by SIGKILL. It prints what held: the honest client's
+// latency, the server's peak memory and descriptors, and whether each
+// bound was kept. It exits non-zero when one was not.
 //
-//	go run ./cmd/abuse -short   # the CI run, under two minutes
+//	go run ./cmd/abuse -short   # the CI run, a few minutes
 //	go run ./cmd/abuse          # the full sizes of issue 12
+//	go run ./cmd/abuse -short -run 'MinIO|SIGKILL'   # some rows only
 package main
 
 import (
@@ -31,13 +34,23 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"atelier/pgembed"
+	"atelier/storage/miniotest"
 )
 
 func main() {
-	short := flag.Bool("short", false, "small sizes for CI (under two minutes)")
+	short := flag.Bool("short", false, "small sizes for CI (a few minutes)")
+	only := flag.String("run", "", "run only the attacks whose name matches this regular expression")
 	flag.Parse()
-	table, err := run(*short, os.Stderr)
+	pick, err := regexp.Compile(*only)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "abuse: -run:", err)
+		os.Exit(2)
+	}
+	table, err := run(*short, pick, os.Stderr)
 	fmt.Print(table)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "abuse:", err)
@@ -53,22 +66,28 @@ type sizes struct {
 	streams       int
 	downloadBytes int64
 	downloads     int
+	largeFiles    int
+	largeFileSize int64
+	manyFiles     int
+	outage        time.Duration // how long PostgreSQL and MinIO stay down
 	p99Bound      time.Duration
 }
 
 func sizesFor(short bool) sizes {
 	if short {
 		return sizes{slowConns: 200, slowFor: 10 * time.Second, wrongLogins: 100, streams: 100,
-			downloadBytes: 64 << 20, downloads: 10, p99Bound: time.Second}
+			downloadBytes: 64 << 20, downloads: 10, largeFiles: 3, largeFileSize: 64 << 20, manyFiles: 2000,
+			outage: 3 * time.Second, p99Bound: time.Second}
 	}
 	return sizes{slowConns: 20000, slowFor: 40 * time.Second, wrongLogins: 300, streams: 20000,
-		downloadBytes: 200 << 20, downloads: 10, p99Bound: 100 * time.Millisecond}
+		downloadBytes: 200 << 20, downloads: 10, largeFiles: 7, largeFileSize: 250 << 20, manyFiles: 20000,
+		outage: 15 * time.Second, p99Bound: 100 * time.Millisecond}
 }
 
 const (
 	adminPassword = "abuse-admin-password-1"
 	victimName    = "victim"
-	rssGrowthMax  = 512 << 20
+	rssMax        = 512 << 20 // the server's resident memory, at any moment of a case that bounds it
 	streamCap     = 64
 )
 
@@ -80,7 +99,7 @@ type row struct {
 
 // run builds and starts the server, runs every attack and returns the table;
 // the error says which bounds failed.
-func run(short bool, logw io.Writer) (string, error) {
+func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 	sz := sizesFor(short)
 	srv, err := startServer(logw)
 	if err != nil {
@@ -97,23 +116,39 @@ func run(short bool, logw io.Writer) (string, error) {
 	}
 
 	var rows []row
-	measure := func(attack, size string, f func() (string, bool)) {
+	measure := func(attack, size string, fault, memoryBound bool, f func() (string, bool)) {
+		if !pick.MatchString(attack) {
+			return
+		}
 		fmt.Fprintf(logw, "abuse: %s (%s)\n", attack, size)
-		rows = append(rows, srv.measure(attack, size, sz.p99Bound, f))
+		// Each case meets a fresh process: the Go runtime keeps memory an
+		// earlier attack made it take, which would count against the next.
+		if len(rows) > 0 {
+			if err := srv.restart(); err != nil {
+				rows = append(rows, row{attack: attack, size: size, failed: true, result: "fail: " + err.Error()})
+				return
+			}
+		}
+		rows = append(rows, srv.measure(attack, size, sz.p99Bound, fault, memoryBound, f))
 	}
-	measure("slow bodies", fmt.Sprintf("%d conns, 1 byte / 2 s, %s", sz.slowConns, sz.slowFor),
+	measure("slow bodies", fmt.Sprintf("%d conns, 1 byte / 2 s, %s", sz.slowConns, sz.slowFor), false, false,
 		func() (string, bool) { return slowBodies(srv.addr, sz.slowConns, sz.slowFor) })
-	measure("concurrent wrong passwords", fmt.Sprintf("%d parallel", sz.wrongLogins),
+	measure("concurrent wrong passwords", fmt.Sprintf("%d parallel", sz.wrongLogins), false, true,
 		func() (string, bool) { return wrongPasswords(srv.base, sz.wrongLogins) })
-	measure("stream flood (/admin/events)", fmt.Sprintf("%d streams, one account", sz.streams),
+	measure("stream flood (/admin/events)", fmt.Sprintf("%d streams, one account", sz.streams), false, false,
 		func() (string, bool) { return streamFlood(srv.addr, c, sz.streams) })
-	measure("large download (/code/raw)", fmt.Sprintf("%d MiB file, %d at once", sz.downloadBytes>>20, sz.downloads),
+	measure("large download (/code/raw)", fmt.Sprintf("%d MiB file, %d at once", sz.downloadBytes>>20, sz.downloads), false, true,
 		func() (string, bool) { return largeDownload(c, sz.downloadBytes, sz.downloads) })
-	rows = append(rows,
-		row{attack: "PostgreSQL restart", size: "—", latency: "—", rss: "—", fds: "—",
-			result: "not run here: covered by server.TestDatabaseRestart (503 database_unavailable, recovers)"},
-		row{attack: "SIGKILL mid-command", size: "—", latency: "—", rss: "—", fds: "—",
-			result: "not measured: needs a sandboxed command and a restart check, not built yet"})
+	measure("large import (large files)", fmt.Sprintf("%d files of %d MiB", sz.largeFiles, sz.largeFileSize>>20), false, true,
+		func() (string, bool) { return largeImport(c, sz.largeFiles, sz.largeFileSize) })
+	measure("large import (many files)", fmt.Sprintf("%d files", sz.manyFiles), false, true,
+		func() (string, bool) { return manyFilesImport(c, sz.manyFiles) })
+	measure("PostgreSQL restart", fmt.Sprintf("down %s under saves and reads", sz.outage), true, true,
+		func() (string, bool) { return databaseRestart(srv, c, sz.outage) })
+	measure("MinIO stop", fmt.Sprintf("down %s under Code page reads and an import", sz.outage), true, true,
+		func() (string, bool) { return objectStoreStop(srv, c, sz.outage) })
+	measure("SIGKILL mid-command and shell", "one command, one shell, restart", true, true,
+		func() (string, bool) { return serverKill(srv, c) })
 
 	var b strings.Builder
 	b.WriteString("| attack | size | honest p50 / p99 | peak RSS | descriptors | result |\n|---|---|---|---|---|---|\n")
@@ -125,17 +160,29 @@ func run(short bool, logw io.Writer) (string, error) {
 		}
 	}
 	if len(failed) > 0 {
-		return b.String(), fmt.Errorf("abuse: bounds failed: %s", strings.Join(failed, ", "))
+		return b.String(), fmt.Errorf("abuse: bounds failed: %s (the server's log: %s)", strings.Join(failed, ", "), srv.keepLog())
 	}
 	return b.String(), nil
 }
 
-// server is the child process under attack.
+// server is the child process under attack, with the PostgreSQL and the
+// MinIO it stands on. The suite runs those itself, so it can stop and start
+// them under the server as an operator (or a crash) would.
 type server struct {
-	cmd  *exec.Cmd
 	dir  string
 	addr string
 	base string
+	bin  string
+	env  []string
+	logw io.Writer // the server's output, kept in server.log
+
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd has been waited for
+	pid    atomic.Int64  // of the running process, for the samplers
+
+	pgConfig pgembed.Config
+	pg       *pgembed.Cluster
+	minio    *miniotest.Server
 }
 
 func startServer(logw io.Writer) (*server, error) {
@@ -143,76 +190,165 @@ func startServer(logw io.Writer) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The embedded PostgreSQL runs as the postgres account, which must pass
-	// through every parent of the data folder.
-	if err := os.Chmod(dir, 0o711); err != nil {
+	s := &server{dir: dir}
+	if err := s.prepare(logw); err != nil {
+		s.stop()
 		return nil, err
 	}
-	bin := filepath.Join(dir, "atelier")
-	build := exec.Command("go", "build", "-o", bin, "atelier")
+	if err := s.launch(); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// prepare starts PostgreSQL and MinIO and builds the server.
+func (s *server) prepare(logw io.Writer) error {
+	// PostgreSQL runs as the postgres account, which must pass through
+	// every parent of its folder.
+	if err := os.Chmod(s.dir, 0o711); err != nil {
+		return err
+	}
+	s.pgConfig = pgembed.Config{Dir: filepath.Join(s.dir, "pg"), NoSync: true, DieWithParent: true}
+	var err error
+	if s.pg, err = pgembed.Start(context.Background(), s.pgConfig); err != nil {
+		return fmt.Errorf("abuse: start PostgreSQL: %w", err)
+	}
+	if s.minio, err = miniotest.Launch(filepath.Join(s.dir, "minio")); err != nil {
+		return fmt.Errorf("abuse: start MinIO: %w", err)
+	}
+	s.bin = filepath.Join(s.dir, "atelier")
+	build := exec.Command("go", "build", "-o", s.bin, "atelier")
 	build.Stdout, build.Stderr = logw, logw
 	if err := build.Run(); err != nil {
-		return nil, fmt.Errorf("abuse: build server: %w", err)
+		return fmt.Errorf("abuse: build server: %w", err)
 	}
-	data := filepath.Join(dir, "data")
+	data := filepath.Join(s.dir, "data")
 	if err := os.Mkdir(data, 0o711); err != nil {
-		return nil, err
+		return err
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	addr := l.Addr().String()
+	s.addr = l.Addr().String()
 	l.Close()
-	logf, err := os.Create(filepath.Join(dir, "server.log"))
-	if err != nil {
-		return nil, err
+	s.base = "http://" + s.addr
+	if s.logw, err = os.Create(filepath.Join(s.dir, "server.log")); err != nil {
+		return err
 	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "ATELIER_DATA="+data, "ATELIER_ADDR="+addr,
+	s.env = append(os.Environ(), "ATELIER_DATA="+data, "ATELIER_ADDR="+s.addr,
+		"DATABASE_URL="+s.pg.DSN("atelier"),
+		"ATELIER_S3_ENDPOINT="+s.minio.Endpoint, "ATELIER_S3_BUCKET="+bucket,
+		"ATELIER_S3_ACCESS_KEY="+s.minio.AccessKey, "ATELIER_S3_SECRET_KEY="+s.minio.SecretKey,
 		"ATELIER_ADMIN_PASSWORD="+adminPassword, "ATELIER_SANDBOX_DISK_BYTES=0",
 		"ATELIER_IMPORT_MAX_BYTES="+strconv.Itoa(300<<20))
-	cmd.Stdout, cmd.Stderr = logf, logf
+	return nil
+}
+
+const bucket = "atelier"
+
+// launch starts the server process and waits until /healthz answers 200.
+func (s *server) launch() error {
+	cmd := exec.Command(s.bin)
+	cmd.Env = s.env
+	cmd.Stdout, cmd.Stderr = s.logw, s.logw
+	// The server dies with the suite, even when the suite is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
-	s := &server{cmd: cmd, dir: dir, addr: addr, base: "http://" + addr}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	s.pid.Store(int64(cmd.Process.Pid))
 	deadline := time.Now().Add(3 * time.Minute)
+	hc := &http.Client{Timeout: 5 * time.Second}
 	for time.Now().Before(deadline) {
-		resp, err := http.Get(s.base + "/healthz")
+		resp, err := hc.Get(s.base + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return s, nil
+				return nil
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-exited:
+			return fmt.Errorf("abuse: the server exited while starting (log in %s)", filepath.Join(s.dir, "server.log"))
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	s.stop()
-	return nil, fmt.Errorf("abuse: server did not answer /healthz within 3 minutes (log in %s)", logf.Name())
+	return fmt.Errorf("abuse: server did not answer /healthz within 3 minutes (log in %s)", filepath.Join(s.dir, "server.log"))
 }
 
-// stop ends the server with SIGTERM so it stops its PostgreSQL, then
-// removes its folder.
-func (s *server) stop() {
-	_ = s.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
+// restart stops the server as an operator does (SIGTERM) and starts it
+// again.
+func (s *server) restart() error {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-done:
+	case <-s.exited:
 	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-done
+		s.kill()
+	}
+	return s.launch()
+}
+
+// keepLog copies the server's log out of the folder stop removes and
+// returns where it went.
+func (s *server) keepLog() string {
+	b, err := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	if err != nil {
+		return err.Error()
+	}
+	path := s.dir + ".log"
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return err.Error()
+	}
+	return path
+}
+
+// kill ends the server with SIGKILL, as a crash or the OOM killer would,
+// and waits until it is gone.
+func (s *server) kill() {
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+}
+
+// stop ends the server with SIGTERM so it finishes its requests, then
+// PostgreSQL and MinIO, and removes the suite's folder.
+func (s *server) stop() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(30 * time.Second):
+			s.kill()
+		}
+	}
+	if s.pg != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = s.pg.Stop(ctx)
+		cancel()
+	}
+	if s.minio != nil {
+		_ = s.minio.Stop()
 	}
 	_ = os.RemoveAll(s.dir)
 }
 
 // measure runs one attack while an honest client polls /healthz and a
-// sampler watches the server's memory and descriptors.
-func (s *server) measure(attack, size string, p99Bound time.Duration, f func() (string, bool)) row {
-	pid := s.cmd.Process.Pid
-	baseRSS := rss(pid)
-	limit := fdLimit(pid)
+// sampler watches the server's memory and descriptors. memoryBound holds
+// the server's RSS under rssMax; issue 12 sets that target for the
+// password flood, the downloads and the imports, and the suite for the
+// faults. A connection flood's memory follows the connection bound
+// instead (each held connection costs some tens of KiB), so it is shown
+// but not bound. In a fault (the
+// database or the server itself away) the honest client's polls may be
+// refused or answered 503, but each must be answered within the bound: a
+// hung poll counts as its full timeout.
+func (s *server) measure(attack, size string, p99Bound time.Duration, fault, memoryBound bool, f func() (string, bool)) row {
+	baseRSS := rss(int(s.pid.Load()))
+	limit := fdLimit(int(s.pid.Load()))
 	var peakRSS, peakFDs atomic.Int64
 	peakRSS.Store(baseRSS)
 	stop := make(chan struct{})
@@ -223,6 +359,7 @@ func (s *server) measure(attack, size string, p99Bound time.Duration, f func() (
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
+			pid := int(s.pid.Load())
 			if v := rss(pid); v > peakRSS.Load() {
 				peakRSS.Store(v)
 			}
@@ -236,20 +373,44 @@ func (s *server) measure(attack, size string, p99Bound time.Duration, f func() (
 			}
 		}
 	}()
-	var lat []time.Duration
+	var polls []poll
 	go func() {
 		defer wg.Done()
-		lat = honestClient(s.base, stop)
+		polls = honestClient(s.base, stop)
 	}()
 	detail, ok := f()
 	close(stop)
 	wg.Wait()
 
+	lat := make([]time.Duration, len(polls))
+	down := 0
+	wrong := map[string]int{} // what the failed polls got
+	for i, p := range polls {
+		lat[i] = p.took
+		switch {
+		case p.status == http.StatusOK:
+		case fault && (p.status == http.StatusServiceUnavailable || p.refused):
+			down++
+		default:
+			lat[i] = pollTimeout
+			switch {
+			case p.status != 0:
+				wrong[strconv.Itoa(p.status)]++
+			case p.refused:
+				wrong["refused"]++
+			default:
+				wrong["hung"]++
+			}
+		}
+	}
 	p50, p99 := percentile(lat, 50), percentile(lat, 99)
 	r := row{attack: attack, size: size,
 		latency: fmt.Sprintf("%s / %s (%d polls)", ms(p50), ms(p99), len(lat)),
 		rss:     fmt.Sprintf("%d MiB (+%d)", peakRSS.Load()>>20, (peakRSS.Load()-baseRSS)>>20),
 		fds:     fmt.Sprintf("%d of %d", peakFDs.Load(), limit)}
+	if down > 0 {
+		r.latency += fmt.Sprintf(", %d refused or 503", down)
+	}
 	var why []string
 	if !ok {
 		why = append(why, detail)
@@ -257,8 +418,16 @@ func (s *server) measure(attack, size string, p99Bound time.Duration, f func() (
 	if len(lat) == 0 || p99 > p99Bound {
 		why = append(why, fmt.Sprintf("healthz p99 over %s", p99Bound))
 	}
-	if peakRSS.Load()-baseRSS > rssGrowthMax {
-		why = append(why, "RSS grew over 512 MiB")
+	if len(wrong) > 0 {
+		var kinds []string
+		for k, n := range wrong {
+			kinds = append(kinds, fmt.Sprintf("%d %s", n, k))
+		}
+		sort.Strings(kinds)
+		why = append(why, "polls failed: "+strings.Join(kinds, ", "))
+	}
+	if memoryBound && peakRSS.Load() > rssMax {
+		why = append(why, fmt.Sprintf("RSS over %d MiB", rssMax>>20))
 	}
 	if limit > 0 && peakFDs.Load() >= limit {
 		why = append(why, "descriptors at the limit")
@@ -271,31 +440,40 @@ func (s *server) measure(attack, size string, p99Bound time.Duration, f func() (
 	return r
 }
 
+// poll is one /healthz request of the honest client.
+type poll struct {
+	took    time.Duration
+	status  int  // 0 when there was no answer
+	refused bool // the server was not there (killed, restarting)
+}
+
+const pollTimeout = 5 * time.Second
+
 // honestClient polls /healthz every 20 ms until stop, from 127.0.0.1 over
-// one kept-alive connection; a poll that fails counts as its full timeout.
-func honestClient(base string, stop <-chan struct{}) []time.Duration {
-	const timeout = 5 * time.Second
-	hc := &http.Client{Timeout: timeout}
-	var lat []time.Duration
+// one kept-alive connection.
+func honestClient(base string, stop <-chan struct{}) []poll {
+	hc := &http.Client{Timeout: pollTimeout}
+	var polls []poll
 	for {
 		select {
 		case <-stop:
-			return lat
+			return polls
 		default:
 		}
 		start := time.Now()
 		resp, err := hc.Get(base + "/healthz")
-		d := time.Since(start)
+		p := poll{took: time.Since(start)}
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				d = timeout
-			}
+			p.status = resp.StatusCode
 		} else {
-			d = timeout
+			// Refused, reset or cut short by a server that died: an
+			// answer of sorts, and a quick one. A timeout is a hang.
+			var ne net.Error
+			p.refused = !errors.As(err, &ne) || !ne.Timeout()
 		}
-		lat = append(lat, d)
+		polls = append(polls, p)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
@@ -602,21 +780,39 @@ func (c *client) createProject(name string) (int64, error) {
 // importFile uploads a zip holding one file of size zero bytes; it
 // compresses to almost nothing, so the upload is quick and the file large.
 func (c *client) importFile(id int64, name string, size int64) error {
+	return c.importArchive(id, []archived{{name: name, size: size}})
+}
+
+// archived is one file of an uploaded archive: head, then zeros up to
+// size. Distinct heads make distinct blobs, which git would otherwise store
+// once.
+type archived struct {
+	name, head string
+	size       int64
+}
+
+// importArchive uploads a zip of files into project id.
+func (c *client) importArchive(id int64, files []archived) error {
 	var archive bytes.Buffer
 	zw := zip.NewWriter(&archive)
-	w, err := zw.Create(name)
-	if err != nil {
-		return err
-	}
-	if _, err := io.CopyN(w, zeros{}, size); err != nil {
-		return err
+	for _, f := range files {
+		w, err := zw.Create(f.name)
+		if err != nil {
+			return err
+		}
+		if _, err := io.WriteString(w, f.head); err != nil {
+			return err
+		}
+		if _, err := io.CopyN(w, zeros{}, f.size-int64(len(f.head))); err != nil {
+			return err
+		}
 	}
 	if err := zw.Close(); err != nil {
 		return err
 	}
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
-	fw, err := mw.CreateFormFile("archive", "big.zip")
+	fw, err := mw.CreateFormFile("archive", "upload.zip")
 	if err != nil {
 		return err
 	}

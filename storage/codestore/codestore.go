@@ -61,6 +61,8 @@ type Store struct {
 	log     *slog.Logger
 	trees   *lru.Cache[string, []Entry] // tree sha → entries; trees are immutable
 	roots   sync.Map                    // commit sha → root tree sha; commits are immutable
+	// publishing maps a commit sha to its *publishRun while one runs.
+	publishing sync.Map
 }
 
 // New returns a Store caching up to cachedTrees parsed trees.

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -208,5 +209,39 @@ func TestPublishSharedSubtrees(t *testing.T) {
 		if err != nil || len(es) != 1 || es[0].Name != "x.txt" {
 			t.Fatalf("%s from the store alone: %+v %v", dir, es, err)
 		}
+	}
+}
+
+// Publishes of one commit at once (an import's and the server's retry
+// pass) store each object once between them: the later ones wait for the
+// first instead of uploading the same tree beside it.
+func TestConcurrentPublishesShareOneRun(t *testing.T) {
+	e := newEnv(t, localObjects(t))
+	ctx := context.Background()
+	commit := fastImport(t, e.repo, e.first, tree(4, 25, 20), true)
+	s := e.store(t)
+	const n = 4
+	stats := make([]codestore.Stats, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stats[i], errs[i] = s.Publish(ctx, e.repo, commit)
+		}()
+	}
+	wg.Wait()
+	blobs, trees := 0, 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("publish %d: %v", i, errs[i])
+		}
+		blobs += stats[i].Blobs
+		trees += stats[i].Trees
+	}
+	// 2,000 blobs; trees: root + 4 + 100.
+	if blobs != 2000 || trees != 105 {
+		t.Fatalf("%d publishes at once stored %d blobs and %d trees in all, want 2000 and 105: %+v", n, blobs, trees, stats)
 	}
 }

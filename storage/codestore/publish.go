@@ -44,7 +44,37 @@ const flushEvery = 500
 // always means its whole subtree is stored, and a publish only looks inside
 // trees the index lacks: after a change of ten files in a large tree it
 // checks the trees and the few folders that changed, not every blob.
+//
+// Two publishes of one commit at once (an import's and the server's retry
+// pass, say) share one run: the second waits for the first and stores
+// nothing itself, so a large tree is never read and uploaded twice at once.
 func (s *Store) Publish(ctx context.Context, r *gitsvc.Repo, commit string) (Stats, error) {
+	run := &publishRun{done: make(chan struct{})}
+	if v, running := s.publishing.LoadOrStore(commit, run); running {
+		other := v.(*publishRun)
+		select {
+		case <-other.done:
+			return Stats{}, other.err
+		case <-ctx.Done():
+			return Stats{}, fmt.Errorf("codestore: publish %s: %w", commit, ctx.Err())
+		}
+	}
+	defer func() {
+		s.publishing.Delete(commit)
+		close(run.done)
+	}()
+	var st Stats
+	st, run.err = s.publish(ctx, r, commit)
+	return st, run.err
+}
+
+// publishRun is a publish under way; err is set before done is closed.
+type publishRun struct {
+	done chan struct{}
+	err  error
+}
+
+func (s *Store) publish(ctx context.Context, r *gitsvc.Repo, commit string) (Stats, error) {
 	var st Stats
 	if _, ok := s.publishedRoot(ctx, commit); ok {
 		return st, nil

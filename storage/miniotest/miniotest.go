@@ -1,6 +1,7 @@
 // Package miniotest gives tests a real MinIO server: Start runs one on a
 // free loopback port with a fresh data folder and random credentials, and
-// stops it when the test ends.
+// stops it when the test ends. Launch does the same for a program that is
+// not a test, and Restart brings a killed server back on its data.
 //
 // The server program is $ATELIER_MINIO when that is set, else
 // ${XDG_CACHE_HOME:-$HOME/.cache}/atelier/minio/bin/minio, which ./test.sh
@@ -40,32 +41,45 @@ type Server struct {
 	AccessKey string
 	SecretKey string
 
-	t      testing.TB
-	cmd    *exec.Cmd
-	out    *output
-	exited chan struct{} // closed once the process has been waited for
-	err    error         // how it exited; read after exited is closed
+	t       testing.TB // nil when Launch started it
+	bin     string
+	dir     string
+	console string // the console's address, which MinIO insists on
+	cmd     *exec.Cmd
+	out     *output
+	exited  chan struct{} // closed once the process has been waited for
+	err     error         // how it exited; read after exited is closed
 }
 
 // Start starts a MinIO server and returns once it is ready for requests.
 // The server is killed, and its data removed, when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := Binary()
+	s, err := Launch(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
+	s.t = t
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// Launch starts a MinIO server keeping its data below dir, for a program
+// that is not a test (the abuse suite); the caller ends it with Stop.
+func Launch(dir string) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
 	// A port found free can be taken before the server binds it; try again
 	// then, with another.
 	for attempt := 1; ; attempt++ {
-		s, err := start(t, bin, filepath.Join(dir, fmt.Sprint(attempt)))
+		s, err := start(bin, filepath.Join(dir, fmt.Sprint(attempt)))
 		if err == nil {
-			t.Cleanup(s.Kill)
-			return s
+			return s, nil
 		}
 		if attempt == 3 || !errors.Is(err, errPortTaken) {
-			t.Fatalf("miniotest: %v", err)
+			return nil, fmt.Errorf("miniotest: %w", err)
 		}
 	}
 }
@@ -99,25 +113,38 @@ func Binary() (string, error) {
 
 var errPortTaken = errors.New("port taken")
 
-func start(t testing.TB, bin, dir string) (*Server, error) {
+func start(bin, dir string) (*Server, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
-		t:         t,
 		Endpoint:  fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		AccessKey: "test-" + randomHex(6),
 		SecretKey: randomHex(20),
-		out:       &output{},
-		exited:    make(chan struct{}),
+		bin:       bin,
+		dir:       dir,
+		console:   fmt.Sprintf("127.0.0.1:%d", ports[1]),
 	}
+	if err := s.run(); err != nil {
+		if strings.Contains(err.Error(), "address already in use") {
+			err = fmt.Errorf("%w: %w", errPortTaken, err)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// run starts the server process and waits until it is ready.
+func (s *Server) run() error {
+	s.out = &output{}
+	s.exited = make(chan struct{})
 	// The certificates folder would default to ~/.minio/certs.
-	s.cmd = exec.Command(bin, "server", "--quiet",
+	s.cmd = exec.Command(s.bin, "server", "--quiet",
 		"--address", s.Endpoint,
-		"--console-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		"--certs-dir", filepath.Join(dir, "certs"),
-		filepath.Join(dir, "data"))
+		"--console-address", s.console,
+		"--certs-dir", filepath.Join(s.dir, "certs"),
+		filepath.Join(s.dir, "data"))
 	s.cmd.Env = append(environ(),
 		"MINIO_ROOT_USER="+s.AccessKey,
 		"MINIO_ROOT_PASSWORD="+s.SecretKey,
@@ -131,21 +158,32 @@ func start(t testing.TB, bin, dir string) (*Server, error) {
 	// the starting goroutine locked it with runtime.LockOSThread.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
+	exited, cmd := s.exited, s.cmd
 	go func() {
-		s.err = s.cmd.Wait()
-		close(s.exited)
+		s.err = cmd.Wait()
+		close(exited)
 	}()
 	if err := s.waitReady(); err != nil {
-		s.Kill()
-		out := s.out.String()
-		if strings.Contains(out, "address already in use") {
-			err = fmt.Errorf("%w: %w", errPortTaken, err)
-		}
-		return nil, fmt.Errorf("%w\nserver output:\n%s", err, out)
+		_ = s.Stop()
+		return fmt.Errorf("%w\nserver output:\n%s", err, s.out.String())
 	}
-	return s, nil
+	return nil
+}
+
+// Restart starts a stopped server again on the same address, data and
+// credentials, as an operator brings MinIO back after an outage.
+func (s *Server) Restart() error {
+	select {
+	case <-s.exited:
+	default:
+		return errors.New("miniotest: restart: the server is still running")
+	}
+	if err := s.run(); err != nil {
+		return fmt.Errorf("miniotest: restart: %w", err)
+	}
+	return nil
 }
 
 // waitReady polls the server until it is ready for S3 requests, the process
@@ -198,19 +236,27 @@ func (s *Server) Config(bucket string) storage.S3Config {
 // callers can see what happens when the object store goes away. It may be
 // called more than once; the test's cleanup calls it too.
 func (s *Server) Kill() {
+	if err := s.Stop(); err != nil {
+		s.t.Error(err)
+	}
+}
+
+// Stop is Kill for a server that Launch started: it returns what went
+// wrong instead of failing a test.
+func (s *Server) Stop() error {
 	select {
 	case <-s.exited:
-		return
+		return nil
 	default:
 	}
 	if err := s.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		s.t.Errorf("miniotest: kill minio: %v", err)
-		return
+		return fmt.Errorf("miniotest: kill minio: %w", err)
 	}
 	select {
 	case <-s.exited:
+		return nil
 	case <-time.After(10 * time.Second):
-		s.t.Errorf("miniotest: minio (pid %d) still running 10s after SIGKILL", s.cmd.Process.Pid)
+		return fmt.Errorf("miniotest: minio (pid %d) still running 10s after SIGKILL", s.cmd.Process.Pid)
 	}
 }
 

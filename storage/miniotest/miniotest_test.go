@@ -1,7 +1,9 @@
 package miniotest
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -10,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"atelier/storage"
 )
 
 func TestStartAndKill(t *testing.T) {
@@ -121,5 +125,36 @@ func TestStartBrokenBinary(t *testing.T) {
 	}
 	if elapsed := time.Since(start); elapsed > 10*time.Second {
 		t.Errorf("Start took %v to notice", elapsed)
+	}
+}
+
+// A killed server comes back on its address with what it stored.
+func TestRestartKeepsData(t *testing.T) {
+	s := Start(t)
+	ctx := context.Background()
+	store, err := storage.NewS3(ctx, s.Config("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(ctx, "a", strings.NewReader("before"), 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(); err == nil {
+		t.Fatal("Restart of a running server succeeded")
+	}
+	s.Kill()
+	if _, err := store.Get(ctx, "a"); err == nil {
+		t.Fatal("Get succeeded while the server was down")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := store.Get(ctx, "a")
+	if err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+	defer rc.Close()
+	if b, _ := io.ReadAll(rc); string(b) != "before" {
+		t.Fatalf("after the restart: %q", b)
 	}
 }
