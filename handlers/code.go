@@ -39,7 +39,9 @@ type codePageView struct {
 	Root    treeView
 	File    *fileView
 	CanEdit bool
-	Usage   meter.Usage
+	// NoEdit says why there is no Edit button, to someone who may read.
+	NoEdit string
+	Usage  meter.Usage
 }
 
 func (v codePageView) JSON() any { return gin.H{"head": v.Head, "entries": v.Root.Entries} }
@@ -48,12 +50,24 @@ type treeView struct {
 	ProjectID int64
 	Dir       string
 	Entries   []code.Entry
+	// Open holds the folders already listed below this one, by path: the
+	// way down to the open file, so a reload shows where it is.
+	Open map[string]treeView
 }
 
 func (v treeView) JSON() any { return v.Entries }
 
+// Child is the listed folder dir below this one, or nil when it is folded.
+func (v treeView) Child(dir string) *treeView {
+	if c, ok := v.Open[dir]; ok {
+		return &c
+	}
+	return nil
+}
+
 type fileView struct {
 	ProjectID int64
+	Commit    string // a Container project's canonical commit; the page header says a Local one's
 	File      code.File
 	Name      string
 	HTML      template.HTML
@@ -80,7 +94,8 @@ func (h *Code) Page(c *gin.Context) error {
 		Project: acc.Project,
 		Head:    head,
 		Root:    treeView{ProjectID: acc.Project.ID, Entries: entries},
-		CanEdit: acc.Can(auth.CodeEdit),
+		CanEdit: acc.Can(auth.CodeEdit) && !acc.Project.Archived(),
+		NoEdit:  noEditReason(acc),
 	}
 	if v.Usage, err = h.Meter.Usage(ctx, acc.Project.ID); err != nil {
 		return err
@@ -89,8 +104,37 @@ func (h *Code) Page(c *gin.Context) error {
 		if v.File, err = h.file(c, acc, p); err != nil {
 			return err
 		}
+		if v.Root.Open, err = h.openFolders(c, acc, p); err != nil {
+			return err
+		}
 	}
 	return h.Render.Render(c, http.StatusOK, "code", v)
+}
+
+// openFolders lists every folder above file, so the page opens with the
+// tree unfolded down to it.
+func (h *Code) openFolders(c *gin.Context, acc *projects.Access, file string) (map[string]treeView, error) {
+	open := map[string]treeView{}
+	for dir := path.Dir(file); dir != "." && dir != "/"; dir = path.Dir(dir) {
+		entries, err := h.Code.List(c.Request.Context(), acc.Project, dir)
+		if err != nil {
+			return nil, err
+		}
+		open[dir] = treeView{ProjectID: acc.Project.ID, Dir: dir, Entries: entries, Open: open}
+	}
+	return open, nil
+}
+
+// noEditReason says why someone who reads the code sees no Edit button, or
+// "" when they have one.
+func noEditReason(acc *projects.Access) string {
+	switch {
+	case acc.Project.Archived():
+		return "The project is archived, so its code can be read but not edited."
+	case !acc.Can(auth.CodeEdit):
+		return fmt.Sprintf("You are a %s of this project: members read the code; owners and admins edit it.", acc.Role)
+	}
+	return ""
 }
 
 // Tree renders one level of a folder.
@@ -126,12 +170,71 @@ func (h *Code) file(c *gin.Context, acc *projects.Access, p string) (*fileView, 
 		return nil, err
 	}
 	v := &fileView{ProjectID: acc.Project.ID, File: f, Name: path.Base(p)}
+	if acc.Project.WorkspaceMode != models.ModeLocal && acc.Project.CanonicalCommit != nil {
+		v.Commit = *acc.Project.CanonicalCommit
+	}
 	if f.Text != "" {
 		if v.HTML, err = views.Highlight(v.Name, f.Text); err != nil {
 			return nil, err
 		}
 	}
 	return v, nil
+}
+
+// findView is quick open's answer: the matches as links into the Code page,
+// each path split into runs so the matched characters can be marked.
+type findView struct {
+	ProjectID int64
+	Found     code.Found
+	Rows      []findRow
+}
+
+type findRow struct {
+	Path string
+	Runs []findRun
+}
+
+type findRun struct {
+	Text string
+	Hit  bool
+}
+
+func (v findView) JSON() any { return v.Found }
+
+// Find answers quick open: the project's file paths that fuzzily match ?q=,
+// best first, as JSON or as the finder's list.
+func (h *Code) Find(c *gin.Context) error {
+	acc, err := h.open(c)
+	if err != nil {
+		return err
+	}
+	limit, _ := strconv.Atoi(c.Query("limit")) // out of range or absent takes the default
+	found, err := h.Code.Find(c.Request.Context(), acc.Project, c.Query("q"), limit)
+	if err != nil {
+		return err
+	}
+	v := findView{ProjectID: acc.Project.ID, Found: found, Rows: make([]findRow, len(found.Matches))}
+	for i, m := range found.Matches {
+		v.Rows[i] = findRow{Path: m.Path, Runs: runsOf(m.Path, m.Positions)}
+	}
+	return h.Render.Render(c, http.StatusOK, "partials/find", v)
+}
+
+// runsOf splits path into alternating runs of unmatched and matched bytes.
+func runsOf(path string, positions []int) []findRun {
+	var runs []findRun
+	hit := make(map[int]bool, len(positions))
+	for _, p := range positions {
+		hit[p] = true
+	}
+	start := 0
+	for i := 1; i <= len(path); i++ {
+		if i == len(path) || hit[i] != hit[start] {
+			runs = append(runs, findRun{Text: path[start:i], Hit: hit[start]})
+			start = i
+		}
+	}
+	return runs
 }
 
 // Raw serves a file's bytes. They are never interpreted in our origin: no

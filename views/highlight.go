@@ -11,8 +11,12 @@ import (
 	"github.com/alecthomas/chroma/v2/styles"
 )
 
-// highlightStyle is the colour scheme of the viewer.
-const highlightStyle = "github"
+// highlightStyle is the colour scheme of the viewer; darkHighlightStyle
+// replaces it when the browser prefers a dark scheme.
+const (
+	highlightStyle     = "github"
+	darkHighlightStyle = "github-dark"
+)
 
 // The formatter writes classes, not inline styles, because the pages'
 // Content-Security-Policy forbids inline styles; HighlightCSS holds them.
@@ -51,6 +55,11 @@ var highlightCSS = sync.OnceValue(func() []byte {
 	if err := formatter.WriteCSS(&buf, styles.Get(highlightStyle)); err != nil {
 		panic(err) // a built-in style always renders
 	}
+	buf.WriteString("\n@media (prefers-color-scheme: dark) {\n")
+	if err := formatter.WriteCSS(&buf, styles.Get(darkHighlightStyle)); err != nil {
+		panic(err)
+	}
+	buf.WriteString("}\n")
 	return buf.Bytes()
 })
 
