@@ -92,7 +92,8 @@ func openObjects(ctx context.Context, cfg Config) (storage.ObjectStore, error) {
 // New builds the App over an open, migrated store. now is the clock.
 func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger, now func() time.Time) (*App, error) {
 	ws, err := workspace.New(cfg.WorkspacesRoot, serverPaths(cfg), workspace.LocalPolicy{Roots: cfg.LocalRoots,
-		SessionUIDs: workspace.UIDRange{Base: cfg.Sandbox.UIDBase, Count: cfg.Sandbox.UIDCount}}, log)
+		SessionUIDs: workspace.UIDRange{Base: cfg.Sandbox.UIDBase, Count: cfg.Sandbox.UIDCount},
+		InContainer: cfg.InContainer}, log)
 	if err != nil {
 		return nil, err
 	}
