@@ -1,14 +1,17 @@
 package handlers
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
 	"io"
+	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -31,6 +34,7 @@ type Code struct {
 	// MaxImportBytes bounds an uploaded archive.
 	MaxImportBytes int64
 	Meter          *meter.Meter // the warning at 80 % and 95 % of the sandbox cap
+	Log            *slog.Logger // failures told inside a started progress stream
 }
 
 type codePageView struct {
@@ -303,15 +307,73 @@ func (h *Code) Import(c *gin.Context) error {
 	default:
 		return errBadUpload
 	}
-	commit, err := h.Code.Import(c.Request.Context(), acc, in)
+	if streamsProgress(c.Request) {
+		return h.importWatched(c, acc, in)
+	}
+	done, err := h.Code.Import(c.Request.Context(), acc, in)
 	if err != nil {
 		return err
 	}
 	if views.WantsJSON(c.Request) {
-		c.JSON(http.StatusOK, gin.H{"commit": commit})
+		c.JSON(http.StatusOK, done)
 		return nil
 	}
 	views.Redirect(c, views.URL("/projects", acc.Project.ID, "code").String())
+	return nil
+}
+
+// progressType is what the import form asks for to watch an import: one
+// JSON object a line, {"progress": step} while it runs, then {"done":
+// summary} or {"error", "reason", "hint"}.
+const progressType = "application/x-ndjson"
+
+func streamsProgress(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), progressType)
+}
+
+// progressEvery spaces the lines of a running phase; a new phase is told
+// at once.
+const progressEvery = 100 * time.Millisecond
+
+// importWatched runs an import answering a stream of its progress on the
+// request itself: no state is kept anywhere, and a refusal that comes
+// before any progress (not allowed, busy, too large) keeps its own status.
+func (h *Code) importWatched(c *gin.Context, acc *projects.Access, in code.ImportInput) error {
+	w := c.Writer
+	started := false
+	var last code.ImportStep
+	var lastAt time.Time
+	send := func(v any) {
+		if !started {
+			started = true
+			w.Header().Set("Content-Type", progressType)
+			w.Header().Set("Cache-Control", "no-store")
+			w.Header().Set("X-Accel-Buffering", "no")
+			w.WriteHeader(http.StatusOK)
+		}
+		json.NewEncoder(w).Encode(v) // a reader gone only ends the stream early
+		w.Flush()
+	}
+	in.Progress = func(st code.ImportStep) {
+		if st.Phase == last.Phase && time.Since(lastAt) < progressEvery {
+			return
+		}
+		last, lastAt = st, time.Now()
+		send(gin.H{"progress": st})
+	}
+	done, err := h.Code.Import(c.Request.Context(), acc, in)
+	switch {
+	case err != nil && !started:
+		return err
+	case err != nil:
+		if h.Log != nil && ProblemOf(err).Status >= 500 {
+			h.Log.Error("import failed", "project", acc.Project.ID, "err", err)
+		}
+		p := ProblemOf(err)
+		send(gin.H{"error": p.Message, "reason": p.Reason, "hint": p.Hint, "status": p.Status})
+	default:
+		send(gin.H{"done": done})
+	}
 	return nil
 }
 
