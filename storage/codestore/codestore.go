@@ -61,7 +61,7 @@ type Store struct {
 	log     *slog.Logger
 	trees   *lru.Cache[string, []Entry] // tree sha → entries; trees are immutable
 	roots   sync.Map                    // commit sha → root tree sha; commits are immutable
-	indexes *lru.Cache[string, *Index]  // root tree sha → its paths, for quick open
+	indexes *lru.Cache[string, *Index]  // root tree or commit sha → its paths, for quick open
 }
 
 // cachedIndexes is how many path indexes stay in memory: a 100,000-file

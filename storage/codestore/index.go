@@ -55,6 +55,11 @@ func (s *Store) putIndex(ctx context.Context, root string, paths []string) error
 // for the next reader). A commit published before indexes existed is
 // indexed on its first quick open.
 func (s *Store) Index(ctx context.Context, src Source) (*Index, error) {
+	// Commits are immutable too: an unpublished one's index is found
+	// again by its commit without asking git for its root.
+	if ix, ok := s.indexes.Get(src.Commit); ok {
+		return ix, nil
+	}
 	root, published := s.publishedRoot(ctx, src.Commit)
 	if published {
 		if ix, ok := s.indexes.Get(root); ok {
@@ -70,6 +75,7 @@ func (s *Store) Index(ctx context.Context, src Source) (*Index, error) {
 		return nil, fmt.Errorf("codestore: index %s: %w", src.Commit, err)
 	}
 	if ix, ok := s.indexes.Get(root); ok {
+		s.indexes.Add(src.Commit, ix)
 		return ix, nil
 	}
 	paths := filePaths(all)
@@ -78,6 +84,7 @@ func (s *Store) Index(ctx context.Context, src Source) (*Index, error) {
 	}
 	ix := NewIndex(paths)
 	s.indexes.Add(root, ix)
+	s.indexes.Add(src.Commit, ix)
 	return ix, nil
 }
 
