@@ -66,6 +66,9 @@ func TestBrowserQuickOpen(t *testing.T) {
 		shows(`#viewer article.file[data-path="cmd/tool/main.go"] .chroma`),
 		shows(`a[data-path="cmd/tool/main.go"][aria-current="true"]`),
 		showsText(`.crumbs [aria-current="page"]`, "main.go"),
+		// "?" lists the shortcuts.
+		chromedp.KeyEvent("?"),
+		showsText(`dialog#shortcuts[open]`, "Go to a file by name"),
 	)
 	if err != nil {
 		t.Fatalf("quick open: %v; the page has %s", err, pageState(ctx))

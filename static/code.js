@@ -8,6 +8,7 @@
     if (!section) return;
     const pane = section.querySelector(".tree-pane");
     setupFinder(section);
+    setupShortcuts(section);
     setupTree(pane);
     markOpenFile(pane, true);
     document.addEventListener("htmx:after:settle", () => markOpenFile(pane, false));
@@ -20,6 +21,23 @@
       const details = summary.parentElement;
       if (!details.open) summary.click();
       focusItem(pane, summary);
+    });
+  }
+
+  // ---- the shortcuts, behind "?" ----
+
+  function setupShortcuts(section) {
+    const dialog = section.querySelector("#shortcuts");
+    const opener = section.querySelector("#shortcuts-open");
+    if (!dialog) return;
+    const open = () => { if (!dialog.open) dialog.showModal(); };
+    opener && opener.addEventListener("click", open);
+    document.addEventListener("keydown", (event) => {
+      if (event.key !== "?" || event.ctrlKey || event.metaKey || event.altKey) return;
+      const t = event.target;
+      if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) return; // typing a "?"
+      event.preventDefault();
+      open();
     });
   }
 
