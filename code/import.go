@@ -45,7 +45,8 @@ type ImportInput struct {
 
 // Phases of an import, in order.
 const (
-	PhaseWriting    = "writing"    // the archive's files go into git; a git source is fetched
+	PhaseWriting    = "writing"    // the archive's files go into git
+	PhaseFetching   = "fetching"   // a git source is fetched
 	PhaseCommitting = "committing" // the commit is made on canonical
 	PhasePublishing = "publishing" // its tree goes to the object store
 )
@@ -117,6 +118,9 @@ func (s *Service) Import(ctx context.Context, acc *projects.Access, in ImportInp
 func (s *Service) importInto(ctx context.Context, acc *projects.Access, repo *gitsvc.Repo, in ImportInput) (string, ImportStep, error) {
 	p := acc.Project
 	written := ImportStep{Phase: PhaseWriting}
+	if in.Archive == nil {
+		written.Phase = PhaseFetching
+	}
 	in.report(written)
 
 	var commitOnto func(ctx context.Context, parent string) (string, error)

@@ -79,8 +79,9 @@
       if (msg.progress) {
         const st = msg.progress;
         seen(status, st.phase);
-        const what = { writing: "Writing files", committing: "Committing", publishing: "Publishing" }[st.phase] || st.phase;
-        show(status, st.phase, what + ": " + count(st.files) + " files, " + human(st.bytes || 0) + " written", {});
+        const what = { writing: "Writing files", fetching: "Fetching the repository", committing: "Committing", publishing: "Publishing" }[st.phase] || st.phase;
+        const detail = st.phase === "fetching" ? "" : ": " + count(st.files) + " files, " + human(st.bytes || 0) + " written";
+        show(status, st.phase, what + detail, {});
       } else if (msg.done) {
         const d = msg.done;
         seen(status, "done");
