@@ -65,7 +65,8 @@ type archive struct {
 // stay inside once every link of the tree is followed, no path below a
 // link), and only then a second time to stream file contents into git. A
 // single folder holding everything (as in a GitHub download) is unwrapped.
-func (s *Service) writeArchiveTree(ctx context.Context, repo *gitsvc.Repo, r io.ReaderAt, size int64) (string, error) {
+// wrote hears the size of each file once it is in git.
+func (s *Service) writeArchiveTree(ctx context.Context, repo *gitsvc.Repo, r io.ReaderAt, size int64, wrote func(size int64)) (string, error) {
 	a, err := readArchive(r, size)
 	if err != nil {
 		return "", err
@@ -87,6 +88,7 @@ func (s *Service) writeArchiveTree(ctx context.Context, repo *gitsvc.Repo, r io.
 			if err := b.File(paths[i], e.executable, e.size, content); err != nil {
 				return fault.Detailf(ErrBadArchive, ": %q: %w", e.name, err)
 			}
+			wrote(e.size)
 			return nil
 		})
 	})

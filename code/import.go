@@ -12,6 +12,7 @@ import (
 	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/projects"
+	"atelier/storage/codestore"
 )
 
 var (
@@ -36,31 +37,91 @@ type ImportInput struct {
 	Size     int64
 	Filename string
 	Source   string // a git URL, or a server-local repository (site admins)
+	// Progress, when set, hears how far the import has come: after every
+	// file written, then once per later phase; one call at a time, though
+	// not always from the caller's goroutine.
+	Progress func(ImportStep)
+}
+
+// Phases of an import, in order.
+const (
+	PhaseWriting    = "writing"    // the archive's files go into git
+	PhaseFetching   = "fetching"   // a git source is fetched
+	PhaseCommitting = "committing" // the commit is made on canonical
+	PhasePublishing = "publishing" // its tree goes to the object store
+)
+
+// ImportStep is how far an import has come.
+type ImportStep struct {
+	Phase string `json:"phase"`
+	Files int    `json:"files"` // files written so far (archives)
+	Bytes int64  `json:"bytes"` // their content's bytes
+}
+
+// Imported is what an import made: its commit and the files of its tree.
+type Imported struct {
+	Commit string `json:"commit"`
+	Files  int    `json:"files"`
+	Bytes  int64  `json:"bytes,omitempty"` // the files' bytes, known for archives
+}
+
+func (in ImportInput) report(st ImportStep) {
+	if in.Progress != nil {
+		in.Progress(st)
+	}
 }
 
 // Import makes one commit on canonical from an archive (its files become
 // the tree) or from a git source (its HEAD's tree, with the source's history
 // kept as a second parent), then publishes it.
-func (s *Service) Import(ctx context.Context, acc *projects.Access, in ImportInput) (string, error) {
+func (s *Service) Import(ctx context.Context, acc *projects.Access, in ImportInput) (Imported, error) {
 	p := acc.Project
 	if p.WorkspaceMode == models.ModeLocal {
-		return "", ErrLocalProject
+		return Imported{}, ErrLocalProject
 	}
 	if p.Archived() {
-		return "", projects.ErrArchived
+		return Imported{}, projects.ErrArchived
 	}
 	if in.Archive == nil && in.Source == "" {
-		return "", ErrNothingToImport
+		return Imported{}, ErrNothingToImport
 	}
 	release, err := s.admitImport(ctx, acc, in)
 	if err != nil {
-		return "", err
+		return Imported{}, err
 	}
 	defer release()
 	repo, err := s.git.OpenBare(projects.CanonicalName(p.ID))
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrNoCanonical, err)
+		return Imported{}, fmt.Errorf("%w: %w", ErrNoCanonical, err)
 	}
+	commit, written, err := s.importInto(ctx, acc, repo, in)
+	if err != nil {
+		return Imported{}, err
+	}
+	in.report(ImportStep{Phase: PhasePublishing, Files: written.Files, Bytes: written.Bytes})
+	if _, err := s.store.Publish(ctx, repo, commit); err != nil {
+		// Reads fall back to git until a later publish succeeds.
+		s.log.Warn("imported commit not published", "project", p.ID, "commit", commit, "err", err)
+	}
+	done := Imported{Commit: commit, Files: written.Files, Bytes: written.Bytes}
+	if in.Archive == nil {
+		// A git source's files were never counted: its tree's index knows.
+		if ix, err := s.store.Index(ctx, codestore.Source{Repo: repo, Commit: commit}); err == nil {
+			done.Files = ix.Len()
+		}
+	}
+	return done, nil
+}
+
+// importInto writes the archive or fetches the source, then commits it on
+// canonical; it returns the commit and what was written.
+func (s *Service) importInto(ctx context.Context, acc *projects.Access, repo *gitsvc.Repo, in ImportInput) (string, ImportStep, error) {
+	p := acc.Project
+	written := ImportStep{Phase: PhaseWriting}
+	if in.Archive == nil {
+		written.Phase = PhaseFetching
+	}
+	in.report(written)
 
 	var commitOnto func(ctx context.Context, parent string) (string, error)
 	switch {
@@ -68,9 +129,13 @@ func (s *Service) Import(ctx context.Context, acc *projects.Access, in ImportInp
 		// Reading the archive into git is the slow part; it runs before
 		// the project is locked, and nothing refers to its objects until
 		// the commit below.
-		tree, err := s.writeArchiveTree(ctx, repo, in.Archive, in.Size)
+		tree, err := s.writeArchiveTree(ctx, repo, in.Archive, in.Size, func(size int64) {
+			written.Files++
+			written.Bytes += size
+			in.report(written)
+		})
 		if err != nil {
-			return "", err
+			return "", written, err
 		}
 		commitOnto = func(ctx context.Context, parent string) (string, error) {
 			return s.git.CommitWithParents(ctx, repo, tree, []string{parent}, "Import "+in.Filename)
@@ -86,24 +151,25 @@ func (s *Service) Import(ctx context.Context, acc *projects.Access, in ImportInp
 			} else {
 				s.log.Warn("import fetch failed", "project", p.ID, "err", err)
 			}
-			return "", fault.Detailf(ErrSourceFailed, ": %s", gitsvc.SanitizeURL(in.Source))
+			return "", written, fault.Detailf(ErrSourceFailed, ": %s", gitsvc.SanitizeURL(in.Source))
 		}
 		if err != nil {
-			return "", err
+			return "", written, err
 		}
 		tree, err := s.git.ResolveTree(ctx, repo, sourceHead)
 		if err != nil {
-			return "", err
+			return "", written, err
 		}
 		commitOnto = func(ctx context.Context, parent string) (string, error) {
 			return s.git.CommitWithParents(ctx, repo, tree, []string{parent, sourceHead}, "Import from "+gitsvc.SanitizeURL(in.Source))
 		}
 	default:
-		return "", ErrNothingToImport
+		return "", written, ErrNothingToImport
 	}
 
+	in.report(ImportStep{Phase: PhaseCommitting, Files: written.Files, Bytes: written.Bytes})
 	var commit string
-	err = s.db.Tx(ctx, func(tx *models.Store) error {
+	err := s.db.Tx(ctx, func(tx *models.Store) error {
 		if _, err := tx.LockProject(ctx, p.ID); err != nil {
 			return err
 		}
@@ -126,14 +192,10 @@ func (s *Service) Import(ctx context.Context, acc *projects.Access, in ImportInp
 		return tx.SetCanonicalCommit(ctx, p.ID, commit)
 	})
 	if err != nil {
-		return "", err
+		return "", written, err
 	}
 	s.log.Info("code imported", "project", p.ID, "commit", commit, "by", acc.User.Username)
-	if _, err := s.store.Publish(ctx, repo, commit); err != nil {
-		// Reads fall back to git until a later publish succeeds.
-		s.log.Warn("imported commit not published", "project", p.ID, "commit", commit, "err", err)
-	}
-	return commit, nil
+	return commit, written, nil
 }
 
 // admitImport takes the project's import place and counts the import

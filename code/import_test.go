@@ -59,7 +59,8 @@ func newEnv(t testing.TB) *env {
 
 func (e *env) importArchive(t testing.TB, name string, archive []byte) (string, error) {
 	t.Helper()
-	return e.code.Import(context.Background(), e.acc, code.ImportInput{Archive: bytes.NewReader(archive), Size: int64(len(archive)), Filename: name})
+	done, err := e.code.Import(context.Background(), e.acc, code.ImportInput{Archive: bytes.NewReader(archive), Size: int64(len(archive)), Filename: name})
+	return done.Commit, err
 }
 
 // git runs git on the project's canonical repository and returns its

@@ -1,14 +1,17 @@
 package handlers
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
 	"io"
+	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -31,6 +34,7 @@ type Code struct {
 	// MaxImportBytes bounds an uploaded archive.
 	MaxImportBytes int64
 	Meter          *meter.Meter // the warning at 80 % and 95 % of the sandbox cap
+	Log            *slog.Logger // failures told inside a started progress stream
 }
 
 type codePageView struct {
@@ -39,7 +43,9 @@ type codePageView struct {
 	Root    treeView
 	File    *fileView
 	CanEdit bool
-	Usage   meter.Usage
+	// NoEdit says why there is no Edit button, to someone who may read.
+	NoEdit string
+	Usage  meter.Usage
 }
 
 func (v codePageView) JSON() any { return gin.H{"head": v.Head, "entries": v.Root.Entries} }
@@ -48,12 +54,24 @@ type treeView struct {
 	ProjectID int64
 	Dir       string
 	Entries   []code.Entry
+	// Open holds the folders already listed below this one, by path: the
+	// way down to the open file, so a reload shows where it is.
+	Open map[string]treeView
 }
 
 func (v treeView) JSON() any { return v.Entries }
 
+// Child is the listed folder dir below this one, or nil when it is folded.
+func (v treeView) Child(dir string) *treeView {
+	if c, ok := v.Open[dir]; ok {
+		return &c
+	}
+	return nil
+}
+
 type fileView struct {
 	ProjectID int64
+	Commit    string // a Container project's canonical commit; the page header says a Local one's
 	File      code.File
 	Name      string
 	HTML      template.HTML
@@ -80,7 +98,8 @@ func (h *Code) Page(c *gin.Context) error {
 		Project: acc.Project,
 		Head:    head,
 		Root:    treeView{ProjectID: acc.Project.ID, Entries: entries},
-		CanEdit: acc.Can(auth.CodeEdit),
+		CanEdit: acc.Can(auth.CodeEdit) && !acc.Project.Archived(),
+		NoEdit:  noEditReason(acc),
 	}
 	if v.Usage, err = h.Meter.Usage(ctx, acc.Project.ID); err != nil {
 		return err
@@ -89,8 +108,37 @@ func (h *Code) Page(c *gin.Context) error {
 		if v.File, err = h.file(c, acc, p); err != nil {
 			return err
 		}
+		if v.Root.Open, err = h.openFolders(c, acc, p); err != nil {
+			return err
+		}
 	}
 	return h.Render.Render(c, http.StatusOK, "code", v)
+}
+
+// openFolders lists every folder above file, so the page opens with the
+// tree unfolded down to it.
+func (h *Code) openFolders(c *gin.Context, acc *projects.Access, file string) (map[string]treeView, error) {
+	open := map[string]treeView{}
+	for dir := path.Dir(file); dir != "." && dir != "/"; dir = path.Dir(dir) {
+		entries, err := h.Code.List(c.Request.Context(), acc.Project, dir)
+		if err != nil {
+			return nil, err
+		}
+		open[dir] = treeView{ProjectID: acc.Project.ID, Dir: dir, Entries: entries, Open: open}
+	}
+	return open, nil
+}
+
+// noEditReason says why someone who reads the code sees no Edit button, or
+// "" when they have one.
+func noEditReason(acc *projects.Access) string {
+	switch {
+	case acc.Project.Archived():
+		return "The project is archived, so its code can be read but not edited."
+	case !acc.Can(auth.CodeEdit):
+		return fmt.Sprintf("You are a %s of this project: members read the code; owners and admins edit it.", acc.Role)
+	}
+	return ""
 }
 
 // Tree renders one level of a folder.
@@ -126,12 +174,71 @@ func (h *Code) file(c *gin.Context, acc *projects.Access, p string) (*fileView, 
 		return nil, err
 	}
 	v := &fileView{ProjectID: acc.Project.ID, File: f, Name: path.Base(p)}
+	if acc.Project.WorkspaceMode != models.ModeLocal && acc.Project.CanonicalCommit != nil {
+		v.Commit = *acc.Project.CanonicalCommit
+	}
 	if f.Text != "" {
 		if v.HTML, err = views.Highlight(v.Name, f.Text); err != nil {
 			return nil, err
 		}
 	}
 	return v, nil
+}
+
+// findView is quick open's answer: the matches as links into the Code page,
+// each path split into runs so the matched characters can be marked.
+type findView struct {
+	ProjectID int64
+	Found     code.Found
+	Rows      []findRow
+}
+
+type findRow struct {
+	Path string
+	Runs []findRun
+}
+
+type findRun struct {
+	Text string
+	Hit  bool
+}
+
+func (v findView) JSON() any { return v.Found }
+
+// Find answers quick open: the project's file paths that fuzzily match ?q=,
+// best first, as JSON or as the finder's list.
+func (h *Code) Find(c *gin.Context) error {
+	acc, err := h.open(c)
+	if err != nil {
+		return err
+	}
+	limit, _ := strconv.Atoi(c.Query("limit")) // out of range or absent takes the default
+	found, err := h.Code.Find(c.Request.Context(), acc.Project, c.Query("q"), limit)
+	if err != nil {
+		return err
+	}
+	v := findView{ProjectID: acc.Project.ID, Found: found, Rows: make([]findRow, len(found.Matches))}
+	for i, m := range found.Matches {
+		v.Rows[i] = findRow{Path: m.Path, Runs: runsOf(m.Path, m.Positions)}
+	}
+	return h.Render.Render(c, http.StatusOK, "partials/find", v)
+}
+
+// runsOf splits path into alternating runs of unmatched and matched bytes.
+func runsOf(path string, positions []int) []findRun {
+	var runs []findRun
+	hit := make(map[int]bool, len(positions))
+	for _, p := range positions {
+		hit[p] = true
+	}
+	start := 0
+	for i := 1; i <= len(path); i++ {
+		if i == len(path) || hit[i] != hit[start] {
+			runs = append(runs, findRun{Text: path[start:i], Hit: hit[start]})
+			start = i
+		}
+	}
+	return runs
 }
 
 // Raw serves a file's bytes. They are never interpreted in our origin: no
@@ -200,15 +307,73 @@ func (h *Code) Import(c *gin.Context) error {
 	default:
 		return errBadUpload
 	}
-	commit, err := h.Code.Import(c.Request.Context(), acc, in)
+	if streamsProgress(c.Request) {
+		return h.importWatched(c, acc, in)
+	}
+	done, err := h.Code.Import(c.Request.Context(), acc, in)
 	if err != nil {
 		return err
 	}
 	if views.WantsJSON(c.Request) {
-		c.JSON(http.StatusOK, gin.H{"commit": commit})
+		c.JSON(http.StatusOK, done)
 		return nil
 	}
 	views.Redirect(c, views.URL("/projects", acc.Project.ID, "code").String())
+	return nil
+}
+
+// progressType is what the import form asks for to watch an import: one
+// JSON object a line, {"progress": step} while it runs, then {"done":
+// summary} or {"error", "reason", "hint"}.
+const progressType = "application/x-ndjson"
+
+func streamsProgress(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), progressType)
+}
+
+// progressEvery spaces the lines of a running phase; a new phase is told
+// at once.
+const progressEvery = 100 * time.Millisecond
+
+// importWatched runs an import answering a stream of its progress on the
+// request itself: no state is kept anywhere, and a refusal that comes
+// before any progress (not allowed, busy, too large) keeps its own status.
+func (h *Code) importWatched(c *gin.Context, acc *projects.Access, in code.ImportInput) error {
+	w := c.Writer
+	started := false
+	var last code.ImportStep
+	var lastAt time.Time
+	send := func(v any) {
+		if !started {
+			started = true
+			w.Header().Set("Content-Type", progressType)
+			w.Header().Set("Cache-Control", "no-store")
+			w.Header().Set("X-Accel-Buffering", "no")
+			w.WriteHeader(http.StatusOK)
+		}
+		json.NewEncoder(w).Encode(v) // a reader gone only ends the stream early
+		w.Flush()
+	}
+	in.Progress = func(st code.ImportStep) {
+		if st.Phase == last.Phase && time.Since(lastAt) < progressEvery {
+			return
+		}
+		last, lastAt = st, time.Now()
+		send(gin.H{"progress": st})
+	}
+	done, err := h.Code.Import(c.Request.Context(), acc, in)
+	switch {
+	case err != nil && !started:
+		return err
+	case err != nil:
+		if h.Log != nil && ProblemOf(err).Status >= 500 {
+			h.Log.Error("import failed", "project", acc.Project.ID, "err", err)
+		}
+		p := ProblemOf(err)
+		send(gin.H{"error": p.Message, "reason": p.Reason, "hint": p.Hint, "status": p.Status})
+	default:
+		send(gin.H{"done": done})
+	}
 	return nil
 }
 

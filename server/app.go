@@ -92,7 +92,8 @@ func openObjects(ctx context.Context, cfg Config) (storage.ObjectStore, error) {
 // New builds the App over an open, migrated store. now is the clock.
 func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger, now func() time.Time) (*App, error) {
 	ws, err := workspace.New(cfg.WorkspacesRoot, serverPaths(cfg), workspace.LocalPolicy{Roots: cfg.LocalRoots,
-		SessionUIDs: workspace.UIDRange{Base: cfg.Sandbox.UIDBase, Count: cfg.Sandbox.UIDCount}}, log)
+		SessionUIDs: workspace.UIDRange{Base: cfg.Sandbox.UIDBase, Count: cfg.Sandbox.UIDCount},
+		InContainer: cfg.InContainer}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +164,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		projects:     &handlers.Projects{Render: render, Projects: projectSvc, Meter: usage},
 		users:        &handlers.Users{Render: render, Auth: authSvc, Store: store},
 		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
-			MaxImportBytes: cfg.MaxImportBytes, Meter: usage},
+			MaxImportBytes: cfg.MaxImportBytes, Meter: usage, Log: log},
 		edit: &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc,
 			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now, CommandHint: commandHint(box)},
 		admin: &handlers.Dashboard{Render: render, Meter: usage, Sessions: sessionSvc, Runtime: runtime,

@@ -17,6 +17,7 @@ import (
 	"atelier/models"
 	"atelier/sandbox"
 	"atelier/storage"
+	"atelier/workspace"
 )
 
 // Config is everything the operator can set, read once from the environment.
@@ -34,6 +35,9 @@ type Config struct {
 	Sandbox        sandbox.Config     // ATELIER_SANDBOX_UID_BASE, _UID_COUNT, _ALLOW_CIDRS, _RO_PATHS, _PATH
 	SandboxCap     int64              // SANDBOX_MONTHLY_SECONDS: each project's default monthly cap
 	LocalRoots     []string           // ATELIER_LOCAL_ROOTS: where everyone but site admins may make Local projects
+	// InContainer says the server runs in a container, detected at load;
+	// the hints for a folder it cannot see speak of mounts only then.
+	InContainer bool
 	// SandboxMaxRunning (ATELIER_SANDBOX_MAX_RUNNING) bounds the commands
 	// this instance runs at once; SandboxDiskBytes
 	// (ATELIER_SANDBOX_DISK_BYTES) each session's disk, 0 for none.
@@ -70,6 +74,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		DatabaseURL:   getenv("DATABASE_URL"),
 		AdminPassword: getenv("ATELIER_ADMIN_PASSWORD"),
 		Pool:          models.DefaultPool,
+		InContainer:   workspace.InContainer(),
 	}
 	var err error
 	if cfg.DataDir, err = filepath.Abs(or(getenv("ATELIER_DATA"), "data")); err != nil {

@@ -188,6 +188,7 @@ func TestPageRoutes(t *testing.T) {
 				{pp + "/code/file?path=README.md", http.StatusOK, true},
 				{pp + "/code/file?path=../x", http.StatusBadRequest, true},
 				{pp + "/code/raw?path=README.md", http.StatusOK, false},
+				{pp + "/code/find?q=smg", http.StatusOK, true},
 				{u.base, editor(http.StatusOK), true},
 				{u.base + "?path=README.md", editor(http.StatusOK), true},
 				{u.base + "/tree", editor(http.StatusOK), true},

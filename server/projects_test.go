@@ -155,8 +155,11 @@ func TestCreateLocalProject(t *testing.T) {
 	}
 	p = expectProblem(t, c.post("/projects", url.Values{"name": {"x"}, "mode": {"local"}, "path": {folder + "/missing"}}, jsonAccept),
 		http.StatusBadRequest, "path_not_found")
-	if !strings.Contains(p.Hint, "volumes:") || !strings.Contains(p.Hint, folder+"/missing:"+folder+"/missing") {
+	if h.cfg.InContainer && (!strings.Contains(p.Hint, "volumes:") || !strings.Contains(p.Hint, folder+"/missing:"+folder+"/missing")) {
 		t.Fatalf("the mount hint lacks the compose line: %q", p.Hint)
+	}
+	if !h.cfg.InContainer && strings.Contains(p.Hint, "compose") {
+		t.Fatalf("a native server's hint speaks of compose: %q", p.Hint)
 	}
 	expectProblem(t, c.post("/projects", url.Values{"name": {"x"}, "mode": {"local"}, "path": {h.cfg.DataDir}}, jsonAccept),
 		http.StatusBadRequest, "path_overlaps_server")

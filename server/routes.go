@@ -56,6 +56,7 @@ func (a *App) routes() http.Handler {
 	in.GET("/projects/:id/code/tree", h(a.code.Tree))
 	in.GET("/projects/:id/code/file", h(a.code.File))
 	in.GET("/projects/:id/code/raw", h(a.code.Raw))
+	in.GET("/projects/:id/code/find", h(a.code.Find))
 	in.POST("/projects/:id/sessions", h(a.edit.Open))
 	session := in.Group(sessionPrefix)
 	session.GET("", h(a.edit.Page))

@@ -18,3 +18,68 @@ window.atelierURL = function (base, segments, query) {
   const q = params.toString();
   return (url || "/") + (q ? "?" + q : "");
 };
+
+// Every htmx request that fails says so in a toast, with the server's own
+// message (error bodies carry it in .problem h1 and the reason in
+// data-reason), wherever the response was or was not swapped.
+(function () {
+  "use strict";
+  function toast(message, reason) {
+    let box = document.getElementById("toasts");
+    if (!box) {
+      box = document.createElement("div");
+      box.id = "toasts";
+      box.className = "toasts";
+      box.setAttribute("role", "status");
+      box.setAttribute("aria-live", "assertive");
+      document.body.appendChild(box);
+    }
+    const item = document.createElement("div");
+    item.className = "toast";
+    if (reason) item.dataset.reason = reason;
+    const text = document.createElement("span");
+    text.textContent = message;
+    item.appendChild(text);
+    const close = document.createElement("button");
+    close.type = "button";
+    close.className = "link toast-close";
+    close.setAttribute("aria-label", "Dismiss");
+    close.textContent = "×";
+    close.addEventListener("click", () => item.remove());
+    item.appendChild(close);
+    box.appendChild(item);
+    setTimeout(() => item.remove(), 8000);
+  }
+  window.atelierToast = toast;
+
+  function problemOf(ctx) {
+    const status = ctx && ctx.response ? ctx.response.status : 0;
+    let message = "", reason = "";
+    const text = ctx && typeof ctx.text === "string" ? ctx.text : "";
+    if (text.trim().startsWith("{")) {
+      try {
+        const body = JSON.parse(text);
+        message = body.error || body.message || "";
+        reason = body.reason || "";
+      } catch (_) { /* not JSON after all */ }
+    } else if (text) {
+      const doc = new DOMParser().parseFromString(text, "text/html");
+      const problem = doc.querySelector(".problem");
+      if (problem) {
+        message = (problem.querySelector("h1") || problem).textContent.trim();
+        reason = problem.dataset.reason || "";
+      }
+    }
+    return { message: message || "The request failed (" + status + ").", reason: reason };
+  }
+
+  document.addEventListener("htmx:response:error", (event) => {
+    const p = problemOf(event.detail && event.detail.ctx);
+    toast(p.message, p.reason);
+  });
+  document.addEventListener("htmx:error", (event) => {
+    const ctx = event.detail && event.detail.ctx;
+    if (ctx && ctx.response) return; // answered: htmx:response:error told it
+    toast("The server could not be reached. Check your connection and try again.", "network");
+  });
+})();

@@ -2,7 +2,10 @@ package views
 
 import (
 	"bytes"
+	"fmt"
 	"html/template"
+	"sort"
+	"strings"
 	"sync"
 
 	"github.com/alecthomas/chroma/v2"
@@ -11,8 +14,12 @@ import (
 	"github.com/alecthomas/chroma/v2/styles"
 )
 
-// highlightStyle is the colour scheme of the viewer.
-const highlightStyle = "github"
+// highlightStyle is the colour scheme of the viewer; darkHighlightStyle
+// replaces it when the browser prefers a dark scheme.
+const (
+	highlightStyle     = "github"
+	darkHighlightStyle = "github-dark"
+)
 
 // The formatter writes classes, not inline styles, because the pages'
 // Content-Security-Policy forbids inline styles; HighlightCSS holds them.
@@ -51,8 +58,37 @@ var highlightCSS = sync.OnceValue(func() []byte {
 	if err := formatter.WriteCSS(&buf, styles.Get(highlightStyle)); err != nil {
 		panic(err) // a built-in style always renders
 	}
+	buf.WriteString("\n@media (prefers-color-scheme: dark) {\n")
+	dark := styles.Get(darkHighlightStyle)
+	if err := formatter.WriteCSS(&buf, dark); err != nil {
+		panic(err)
+	}
+	writeUncoloured(&buf, styles.Get(highlightStyle), dark)
+	buf.WriteString("}\n")
 	return buf.Bytes()
 })
+
+// writeUncoloured gives the dark scheme's text colour to every token the
+// light scheme colours and the dark one leaves to the text's colour: the
+// dark rules only override what they name, so such a token would keep its
+// light colour, dark on dark.
+func writeUncoloured(buf *bytes.Buffer, light, dark *chroma.Style) {
+	lightBg, darkBg := light.Get(chroma.Background), dark.Get(chroma.Background)
+	var classes []string
+	for t, class := range chroma.StandardTypes {
+		if t == chroma.Background || class == "" {
+			continue
+		}
+		if light.Get(t).Sub(lightBg).Colour.IsSet() && !dark.Get(t).Sub(darkBg).Colour.IsSet() {
+			classes = append(classes, ".chroma ."+class)
+		}
+	}
+	if len(classes) == 0 {
+		return
+	}
+	sort.Strings(classes)
+	fmt.Fprintf(buf, "%s { color: %s }\n", strings.Join(classes, ", "), darkBg.Colour)
+}
 
 // HighlightCSS is the stylesheet of Highlight's classes.
 func HighlightCSS() []byte { return highlightCSS() }

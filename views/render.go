@@ -125,6 +125,9 @@ var funcs = template.FuncMap{
 		d = d.Round(time.Second)
 		return fmt.Sprintf("%dm %02ds", d/time.Minute, d%time.Minute/time.Second)
 	},
+	// icon names the tree's icon of an entry; crumbs splits a path.
+	"icon":   iconOf,
+	"crumbs": crumbsOf,
 	// since is how long ago t was, to the second.
 	"since": func(t time.Time) time.Duration { return time.Since(t).Round(time.Second) },
 }

@@ -188,18 +188,18 @@ func (w *Workspaces) AdmitLocal(path string, siteAdmin bool) (Identity, error) {
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
-		return Identity{}, diskRefusal(path, err)
+		return Identity{}, w.diskRefusal(path, err)
 	}
 	if !fi.IsDir() {
 		return Identity{}, &PathError{Path: path, Reason: ReasonNotDirectory,
 			Message: "The path is a file, not a folder.",
-			Hint:    "Give the path of a folder. " + mountHint(path)}
+			Hint:    "Give the path of a folder. " + w.mountHint(path)}
 	}
 	// Resolve before the access check, so a link into /etc is reported as
 	// a system folder whatever account the server runs as.
 	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return Identity{}, diskRefusal(path, err)
+		return Identity{}, w.diskRefusal(path, err)
 	}
 	if resolved != path {
 		if pe := w.lexical(resolved); pe != nil {
@@ -221,10 +221,10 @@ func (w *Workspaces) AdmitLocal(path string, siteAdmin bool) (Identity, error) {
 			Hint:    "Choose a folder that, with every folder above it, belongs to root or to a host account of your own and is not writable by group or others (chmod go-w), unless it has the sticky bit as /tmp does."}
 	}
 	if err != nil {
-		return Identity{}, diskRefusal(path, err)
+		return Identity{}, w.diskRefusal(path, err)
 	}
 	if err := unix.Access(resolved, unix.W_OK|unix.X_OK); err != nil {
-		return Identity{}, diskRefusal(path, err)
+		return Identity{}, w.diskRefusal(path, err)
 	}
 	return id, nil
 }
@@ -261,47 +261,60 @@ func (w *Workspaces) notAllowed(path, resolved string) *PathError {
 
 // diskRefusal turns a failed stat, symlink walk or access check into the
 // refusal a person can act on, or passes an unexpected failure through.
-func diskRefusal(path string, err error) error {
+func (w *Workspaces) diskRefusal(path string, err error) error {
+	where := "on the server"
+	if w.inContainer {
+		where = "inside the server's container"
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR),
 		errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENAMETOOLONG):
 		return &PathError{Path: path, Reason: ReasonNotFound,
-			Message: "No folder exists at this path inside the server's container.",
-			Hint:    mountHint(path)}
+			Message: "No folder exists at this path " + where + ".",
+			Hint:    w.mountHint(path)}
 	case errors.Is(err, unix.EROFS):
 		return &PathError{Path: path, Reason: ReasonNotWritable,
 			Message: "The folder is mounted read-only, so the server cannot write to it.",
-			Hint:    writableHint(path)}
+			Hint:    w.writableHint(path)}
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
 		return &PathError{Path: path, Reason: ReasonNotWritable,
 			Message: "The server's account may not write to this folder.",
-			Hint:    writableHint(path)}
+			Hint:    w.writableHint(path)}
 	}
 	return fmt.Errorf("workspace: check %q: %w", path, err)
 }
 
-func mountHint(path string) string {
-	return "Mount it into the Atelier container at the same path: under `volumes:` of the atelier service in compose.yaml add " + composeLine(path) + "."
+// mountHint tells how to make a missing folder visible: a container sees
+// only what is mounted into it; a server running natively sees the host.
+// Hints are plain text, shown as they are: no Markdown.
+func (w *Workspaces) mountHint(path string) string {
+	if !w.inContainer {
+		return "Check the path for typing mistakes, or create the folder on the server first."
+	}
+	return "Mount it into the Atelier container at the same path: in compose.yaml, under volumes: of the atelier service, add the line " + composeLine(path)
 }
 
-func writableHint(path string) string {
-	return "Mount it writable (without :ro) into the Atelier container at the same path: under `volumes:` of the atelier service in compose.yaml add " +
-		composeLine(path) + ", and let the account the server runs as write to it."
+func (w *Workspaces) writableHint(path string) string {
+	if !w.inContainer {
+		return fmt.Sprintf("Let the account the server runs as (uid %d) write to it, or choose a folder it may write to.", os.Geteuid())
+	}
+	return "Mount it writable (without :ro) into the Atelier container at the same path, and let the account the server runs as write to it: in compose.yaml, under volumes: of the atelier service, the line is " +
+		composeLine(path)
 }
 
 // composeLine renders the volumes entry that mounts path at the same path.
 // A path Compose's short syntax or the hint's own quoting cannot carry (a
-// colon, a backquote, control characters, bytes that are not UTF-8) gets a
-// placeholder; one YAML would misread is double-quoted.
+// colon, control characters, bytes that are not UTF-8) gets a placeholder;
+// one YAML would misread is double-quoted.
 func composeLine(path string) string {
-	placeholder := "`- /path/on/host:/path/on/host` with the folder's absolute path on both sides"
+	placeholder := "- /path/on/host:/path/on/host (with the folder's absolute path on both sides)"
 	if !utf8.ValidString(path) {
 		return placeholder
 	}
 	plain := true
 	for _, r := range path {
 		switch {
-		case r == ':' || r == '`' || r < 0x20 || r == 0x7f:
+		case r == ':' || r < 0x20 || r == 0x7f:
 			return placeholder
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune("/._-+@~", r):
 		default:
@@ -312,5 +325,5 @@ func composeLine(path string) string {
 	if !plain {
 		entry = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(entry) + `"`
 	}
-	return "`- " + entry + "`"
+	return "- " + entry
 }

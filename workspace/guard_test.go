@@ -275,26 +275,28 @@ func TestCheckLexical(t *testing.T) {
 	}
 }
 
-// A person whose folder is not mounted gets the compose line to add, with
-// their own path, quoted when YAML needs it.
+// A person whose folder is not mounted into the server's container gets
+// the compose line to add, with their own path, quoted when YAML needs it,
+// in plain text (a hint is shown as it is, so no Markdown).
 func TestHintsCarryTheComposeLine(t *testing.T) {
 	f := newFixture(t)
+	f.w.inContainer = true
 	tests := []struct {
 		path     func(t *testing.T, base string) string
 		wantLine func(base string) string
 	}{
 		{sub("not/mounted"), func(b string) string {
-			return "`- " + b + "/not/mounted:" + b + "/not/mounted`"
+			return "add the line - " + b + "/not/mounted:" + b + "/not/mounted"
 		}},
 		{sub("My Code"), func(b string) string {
-			return "`- \"" + b + "/My Code:" + b + "/My Code\"`"
+			return "- \"" + b + "/My Code:" + b + "/My Code\""
 		}},
 		{sub(`say "hi"`), func(b string) string {
-			return "`- \"" + b + `/say \"hi\":` + b + `/say \"hi\"` + "\"`"
+			return "- \"" + b + `/say \"hi\":` + b + `/say \"hi\"` + "\""
 		}},
-		{sub("a:b"), func(string) string { return "`- /path/on/host:/path/on/host`" }},
+		{sub("a:b"), func(string) string { return "- /path/on/host:/path/on/host" }},
 		{func(t *testing.T, base string) string { return writeFile(t, base+"/file") }, func(b string) string {
-			return "`- " + b + "/file:" + b + "/file`"
+			return "- " + b + "/file:" + b + "/file"
 		}},
 	}
 	for _, tt := range tests {
@@ -306,9 +308,31 @@ func TestHintsCarryTheComposeLine(t *testing.T) {
 		if want := tt.wantLine(f.base); !strings.Contains(pe.Hint, want) {
 			t.Errorf("hint for %q = %q, want it to contain %s", p, pe.Hint, want)
 		}
-		if !strings.Contains(pe.Hint, "same path") {
-			t.Errorf("hint for %q does not say to mount at the same path: %q", p, pe.Hint)
+		if !strings.Contains(pe.Hint, "same path") || !strings.Contains(pe.Message+pe.Hint, "container") {
+			t.Errorf("hint for %q does not say to mount into the container at the same path: %q", p, pe.Hint)
 		}
+		if strings.Contains(pe.Message+pe.Hint, "`") {
+			t.Errorf("Markdown in the refusal of %q: %q %q", p, pe.Message, pe.Hint)
+		}
+	}
+}
+
+// A server running natively sees the host's folders: its refusals speak of
+// the server, never of containers, volumes or compose files.
+func TestNativeHintsSpeakOfTheServer(t *testing.T) {
+	f := newFixture(t)
+	f.w.inContainer = false
+	var pe *PathError
+	if !errors.As(f.check(f.base+"/not/there"), &pe) || pe.Reason != ReasonNotFound {
+		t.Fatalf("refusal %v", pe)
+	}
+	for _, word := range []string{"container", "compose", "volumes", "mount", "`"} {
+		if strings.Contains(strings.ToLower(pe.Message+pe.Hint), word) {
+			t.Errorf("a native server's refusal speaks of %q: %q %q", word, pe.Message, pe.Hint)
+		}
+	}
+	if !strings.Contains(pe.Message, "on the server") {
+		t.Errorf("message %q", pe.Message)
 	}
 }
 

@@ -49,6 +49,21 @@ type LocalPolicy struct {
 	Roots []string
 	// SessionUIDs never own a Local folder nor any folder above one.
 	SessionUIDs UIDRange
+	// InContainer says the server runs in a container (see InContainer),
+	// so a folder it cannot see may be one not mounted into it; the hints
+	// say so only then.
+	InContainer bool
+}
+
+// InContainer reports whether this process runs in a Docker or Podman
+// container, by the marker files their runtimes create.
+func InContainer() bool {
+	for _, marker := range []string{"/.dockerenv", "/run/.containerenv"} {
+		if _, err := os.Stat(marker); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // LocalOffer is what the new-project form tells a person before they type:

@@ -57,6 +57,7 @@ type Workspaces struct {
 
 	localRoots  []string // ATELIER_LOCAL_ROOTS
 	sessionUIDs UIDRange // session users' uids, never an owner on a Local folder's way
+	inContainer bool     // see LocalPolicy.InContainer
 }
 
 // New returns Workspaces for the managed root (PROJECT_WORKSPACES_ROOT, which
@@ -96,6 +97,7 @@ func New(root string, serverPaths []string, policy LocalPolicy, log *slog.Logger
 	}
 	w.localRoots = slices.Clone(policy.Roots)
 	w.sessionUIDs = policy.SessionUIDs
+	w.inContainer = policy.InContainer
 	return w, nil
 }
 

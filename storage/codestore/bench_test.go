@@ -129,3 +129,54 @@ func BenchmarkPublish(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkQuickOpen answers a fuzzy query over all 100,000 paths: from the
+// index in memory, from the index loaded out of the object store (a fresh
+// instance), and as `git ls-tree -r --name-only | grep` would (the canonical
+// repository is bare, so ls-tree stands in for ls-files), which only filters
+// by a fixed pattern and ranks nothing.
+func BenchmarkQuickOpen(b *testing.B) {
+	r := newBenchRepo(b)
+	r.publish(b)
+	ctx := context.Background()
+	const query, want = "d25s50f10", benchFile
+	check := func(b *testing.B, ms []codestore.Match) {
+		if len(ms) == 0 || ms[0].Path != want {
+			b.Fatalf("first result %v, want %s", ms, want)
+		}
+	}
+	b.Run("codestore-warm", func(b *testing.B) {
+		s := r.store(b)
+		if _, err := s.Index(ctx, r.src); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			ix, err := s.Index(ctx, r.src)
+			if err != nil {
+				b.Fatal(err)
+			}
+			check(b, ix.Find(query, 50))
+		}
+	})
+	b.Run("codestore-cold", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			s := r.store(b)
+			b.StartTimer()
+			ix, err := s.Index(ctx, r.src)
+			if err != nil {
+				b.Fatal(err)
+			}
+			check(b, ix.Find(query, 50))
+		}
+	})
+	b.Run("git-ls-tree-grep", func(b *testing.B) {
+		for b.Loop() {
+			cmd := exec.Command("sh", "-c", `git --git-dir "$1" ls-tree -r --name-only "$2" | grep -i "$3"`,
+				"sh", r.repo.GitDir, r.commit, benchFolder+"/f010")
+			if out, err := cmd.Output(); err != nil || len(out) == 0 {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -61,9 +61,14 @@ type Store struct {
 	log     *slog.Logger
 	trees   *lru.Cache[string, []Entry] // tree sha → entries; trees are immutable
 	roots   sync.Map                    // commit sha → root tree sha; commits are immutable
+	indexes *lru.Cache[string, *Index]  // root tree or commit sha → its paths, for quick open
 	// publishing maps a commit sha to its *publishRun while one runs.
 	publishing sync.Map
 }
+
+// cachedIndexes is how many path indexes stay in memory: a 100,000-file
+// tree's is a few MB, and a few projects are browsed at a time.
+const cachedIndexes = 8
 
 // New returns a Store caching up to cachedTrees parsed trees.
 func New(objects storage.ObjectStore, git *gitsvc.Service, db *models.Store, log *slog.Logger, cachedTrees int) (*Store, error) {
@@ -71,7 +76,11 @@ func New(objects storage.ObjectStore, git *gitsvc.Service, db *models.Store, log
 	if err != nil {
 		return nil, fmt.Errorf("codestore: %w", err)
 	}
-	return &Store{objects: objects, git: git, db: db, log: log, trees: trees}, nil
+	indexes, err := lru.New[string, *Index](cachedIndexes)
+	if err != nil {
+		return nil, fmt.Errorf("codestore: %w", err)
+	}
+	return &Store{objects: objects, git: git, db: db, log: log, trees: trees, indexes: indexes}, nil
 }
 
 // Source is a commit of a repository.

@@ -151,6 +151,15 @@ func (s *Store) publish(ctx context.Context, r *gitsvc.Repo, commit string) (Sta
 			return st, err
 		}
 	}
+	// The path index goes up before the commit counts as published, so a
+	// published commit's quick open never has to list the tree with git.
+	if haveIndex, err := s.db.StoredKeys(ctx, []string{indexKey(root)}); err != nil {
+		return st, err
+	} else if !haveIndex[indexKey(root)] {
+		if err := s.putIndex(ctx, root, filePaths(all)); err != nil {
+			return st, err
+		}
+	}
 	if err := s.db.AddPublishedCommit(ctx, commit, root); err != nil {
 		return st, err
 	}
