@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -188,13 +186,7 @@ func TestBrowserCodePageThemes(t *testing.T) {
 				t.Fatalf("a token is dark on the dark background (brightness %.2f, %v)", dimmest, err)
 			}
 		}
-		shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join("..", "docs", "code-"+scheme+".png"), shot, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		screenshot(ctx, t, "code-"+scheme)
 	}
 	if colours["light"][0] == colours["dark"][0] || colours["light"][1] == colours["dark"][1] {
 		t.Fatalf("the dark scheme changes nothing: page and viewer backgrounds %v", colours)

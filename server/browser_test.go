@@ -65,6 +65,24 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
+// screenshot saves the page as name.png in the folder ATELIER_SCREENSHOTS
+// names (the README's come from `ATELIER_SCREENSHOTS=$PWD/docs`), else in
+// the test's own folder, so a plain test run leaves the tree alone.
+func screenshot(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := os.Getenv("ATELIER_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // signIn signs the browser in through the form and waits for the projects
 // page.
 func signIn(h *harness, username, password string) chromedp.Action[chromedp.Void] {
