@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -81,7 +82,13 @@ func resolveInJail(root, p string) (string, error) {
 		}
 		st, err := os.Lstat(root + next)
 		if errors.Is(err, fs.ErrNotExist) {
-			return path.Join(append([]string{next}, rest...)...), nil
+			// What is left is made below next; a ".." there would lead
+			// through a folder that does not exist.
+			at := path.Join(append([]string{next}, rest...)...)
+			if slices.Contains(rest, "..") || inUserFolder(at) {
+				return "", fmt.Errorf("%s: %w", p, errUnplaceable)
+			}
+			return at, nil
 		}
 		if err != nil {
 			return "", err

@@ -29,6 +29,7 @@ func TestPlaceInJailFollowsLinksInsideOnly(t *testing.T) {
 		{name: "into the session's /tmp", links: map[string]string{"/etc/resolv.conf": "/tmp/resolv.conf"}},
 		{name: "into the checkout by a second link", links: map[string]string{"/etc/resolv.conf": "/run/r", "/run": "workspace"}},
 		{name: "a loop", links: map[string]string{"/etc/resolv.conf": "/etc/a", "/etc/a": "resolv.conf"}},
+		{name: "back out of a missing folder into /tmp", links: map[string]string{"/etc/resolv.conf": "/run/none/../../tmp/resolv.conf"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
