@@ -4,27 +4,56 @@ package sandbox_test
 
 import (
 	"context"
+	"os/exec"
 	"testing"
+	"time"
 
 	"atelier/sandbox"
 )
 
-// BenchmarkJailedTrue is a one-shot command's whole cost (helper, cgroup,
-// jail, namespace teardown); BenchmarkPlainTrue is `bash -c true` beside it.
-func BenchmarkJailedTrue(b *testing.B) {
+// BenchmarkOneShot is what a person waits for when a session runs `true`:
+// the spec and limits the session's runtime gives a command (checkout at
+// /workspace, the session's HOME and /tmp, bash -c, network deny, 120 s
+// and a 64 KiB tail), so the helper, the cgroups, the jail, the seccomp
+// filter and the end of the PID namespace (jailed-ms). Beside it, in the
+// same loop and through the same runner, `bash -c true` as a plain child
+// (plain-ms); and, when slirp4netns is installed, the same command with
+// the network allowed, which adds the user-mode network stack and its
+// filter (allow-ms).
+func BenchmarkOneShot(b *testing.B) {
 	sb := newSandbox(b, nil)
 	s := newSession(b, sb)
+	lim := sandbox.Limits{Timeout: 120 * time.Second, MaxStream: 64 << 10, Tail: true, TimeoutExit: 124}
+	_, err := exec.LookPath("slirp4netns")
+	withAllow := err == nil
+	run := func(n sandbox.Network) time.Duration {
+		spec := s.spec("true")
+		spec.Network = n
+		start := time.Now()
+		res, err := sb.Run(context.Background(), spec, lim)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("%s: %+v, %v", n, res, err)
+		}
+		return time.Since(start)
+	}
+	var jailed, plain, allow time.Duration
 	for b.Loop() {
-		if _, err := sb.Run(context.Background(), s.spec("true"), sandbox.Limits{}); err != nil {
-			b.Fatal(err)
+		jailed += run(sandbox.Deny)
+		start := time.Now()
+		res, err := sandbox.RunPlain(context.Background(), bash("true"), "/", nil, lim)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("plain: %+v, %v", res, err)
+		}
+		plain += time.Since(start)
+		if withAllow {
+			allow += run(sandbox.Allow)
 		}
 	}
-}
-
-func BenchmarkPlainTrue(b *testing.B) {
-	for b.Loop() {
-		if _, err := sandbox.RunPlain(context.Background(), bash("true"), "/", nil, sandbox.Limits{}); err != nil {
-			b.Fatal(err)
-		}
+	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 / float64(b.N) }
+	b.ReportMetric(ms(jailed), "jailed-ms")
+	b.ReportMetric(ms(plain), "plain-ms")
+	b.ReportMetric(ms(jailed-plain), "overhead-ms")
+	if withAllow {
+		b.ReportMetric(ms(allow), "allow-ms")
 	}
 }

@@ -43,7 +43,8 @@
 //     binds of Config.ROPaths, the checkout at /workspace, the session's
 //     HOME at /home/atelier and its /tmp, a minimal /dev with a private
 //     devpts and a small /dev/shm, /proc of the PID namespace, and
-//     generated /etc/passwd and /etc/group naming the uid atelier; it
+//     generated /etc/passwd and /etc/group naming the uid atelier and a
+//     resolv.conf of the network policy (resolv_linux.go); it
 //     pivots into it and detaches the host's root. A host that cannot
 //     build it makes New log why and every command fail with
 //     ErrUnavailable;

@@ -147,14 +147,14 @@ type egress struct {
 
 // openEgress makes the network of an Allow command; nil for any other
 // policy. Its errors wrap ErrNetworkUnavailable.
-func (s *Sandbox) openEgress(n Network) (*egress, error) {
+func (s *Sandbox) openEgress(n Network, resolvers []netip.Addr) (*egress, error) {
 	if n != Allow {
 		return nil, nil
 	}
 	if s.stackErr != nil {
 		return nil, s.stackErr
 	}
-	e, err := s.startEgress()
+	e, err := s.startEgress(resolvers)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNetworkUnavailable, err)
 	}
@@ -163,7 +163,7 @@ func (s *Sandbox) openEgress(n Network) (*egress, error) {
 
 // startEgress starts the holder, writes the namespace's lo and filter,
 // and starts slirp4netns on it (see the top of this file).
-func (s *Sandbox) startEgress() (_ *egress, err error) {
+func (s *Sandbox) startEgress(resolvers []netip.Addr) (_ *egress, err error) {
 	exitR, exitW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -210,7 +210,7 @@ func (s *Sandbox) startEgress() (_ *egress, err error) {
 	if err := inNetns(e.ns, loopbackUp); err != nil {
 		return nil, fmt.Errorf("loopback: %w", err)
 	}
-	if err := installEgressFilter(e.ns, s.cfg.AllowNetworks); err != nil {
+	if err := installEgressFilter(e.ns, s.cfg.AllowNetworks, resolvers); err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 
@@ -318,9 +318,9 @@ func joinNetns() error {
 }
 
 // installEgressFilter writes the namespace's output filter: its own lo and
-// DNS pass, the operator's networks pass, and then everything in
+// DNS to resolvers pass, the operator's networks pass, and then everything in
 // blockedNetworks and every address of the host is refused.
-func installEgressFilter(ns *os.File, allowed []netip.Prefix) error {
+func installEgressFilter(ns *os.File, allowed []netip.Prefix, resolvers []netip.Addr) error {
 	c, err := nftables.New(nftables.WithNetNSFd(int(ns.Fd())))
 	if err != nil {
 		return err
@@ -351,7 +351,7 @@ func installEgressFilter(ns *os.File, allowed []netip.Prefix) error {
 	binary.NativeEndian.PutUint32(lo, 1) // lo is ifindex 1 in every namespace
 	rule(&expr.Meta{Key: expr.MetaKeyOIF, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: lo}, pass)
 
-	for _, r := range resolvers() {
+	for _, r := range resolvers {
 		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
 			ex := matchDst(netip.PrefixFrom(r, r.BitLen()))
 			ex = append(ex,
@@ -417,13 +417,13 @@ func hostAddrs() ([]netip.Prefix, error) {
 	return ps, nil
 }
 
-// resolvers are the DNS servers a command may ask: slirp4netns's
-// forwarder, and the host's own from /etc/resolv.conf (which the command
-// reads too) unless they are on loopback, which is the host's and not the
-// namespace's.
-func resolvers() []netip.Addr {
+// hostResolvers reads the host's name servers from path (a link is
+// followed: the host's files are root's) and returns those a command may
+// ask: slirp4netns's forwarder first, then the host's own unless they are
+// on loopback, which is the host's and not the namespace's.
+func hostResolvers(path string) []netip.Addr {
 	rs := []netip.Addr{stackDNS}
-	b, err := os.ReadFile("/etc/resolv.conf")
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return rs
 	}

@@ -291,12 +291,9 @@ func mountTmpfs(root, target string, mode os.FileMode, size int64) error {
 }
 
 // writeAccounts binds generated passwd and group files over the host's, so
-// the session's uid has a name, a home and a shell inside; and, for a
-// command with the network allowed, a resolv.conf naming the resolvers its
-// egress filter lets it ask (slirp4netns's forwarder first), since a host
-// resolver on loopback (127.0.0.53) is the host's and not the namespace's.
-// The files are unlinked once bound: the mounts keep them, and / shows
-// nothing extra.
+// the session's uid has a name, a home and a shell inside; and places the
+// command's resolv.conf (resolv_linux.go) at /etc/resolv.conf and where the
+// host's link leads.
 func writeAccounts(root string, is *initSpec) error {
 	uid, gid := strconv.FormatUint(uint64(is.UID), 10), strconv.FormatUint(uint64(is.GID), 10)
 	files := map[string]string{
@@ -305,33 +302,23 @@ func writeAccounts(root string, is *initSpec) error {
 			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
 		"group": "root:x:0:\n" + jailUser + ":x:" + gid + ":\n" + "nogroup:x:65534:\n",
 	}
-	if is.JoinNetns {
-		var conf strings.Builder
-		for _, r := range resolvers() {
-			conf.WriteString("nameserver " + r.String() + "\n")
-		}
-		files["resolv.conf"] = conf.String()
-	}
 	for name, content := range files {
-		target := root + "/etc/" + name
-		if _, err := os.Stat(target); err != nil {
-			continue // no /etc inside, or no such file there
-		}
-		staged := root + "/." + name
-		if err := os.WriteFile(staged, []byte(content), 0o644); err != nil {
-			return err
-		}
-		if err := unix.Mount(staged, target, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind /etc/%s: %w", name, err)
-		}
-		if err := unix.Mount("", target, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-			return fmt.Errorf("restrict /etc/%s: %w", name, err)
-		}
-		if err := os.Remove(staged); err != nil {
+		if _, err := placeInJail(root, "/etc/"+name, content, false); err != nil {
 			return err
 		}
 	}
-	return nil
+	if is.ResolvConf == "" {
+		return nil // the probe
+	}
+	at, err := placeInJail(root, hostResolvConf, is.ResolvConf, true)
+	if err != nil || is.ResolvAt == "" {
+		return err
+	}
+	if other, err := resolveInJail(root, is.ResolvAt); err != nil || other == at {
+		return nil
+	}
+	_, err = placeInJail(root, is.ResolvAt, is.ResolvConf, true)
+	return err
 }
 
 // jailDir is where the host folder dir of the checkout is inside.

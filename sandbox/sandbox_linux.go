@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,6 +79,9 @@ func New(cfg Config) (*Sandbox, error) {
 	}
 	if cfg.ROPaths == nil {
 		cfg.ROPaths = DefaultROPaths
+	}
+	if cfg.ResolvConf == "" {
+		cfg.ResolvConf = hostResolvConf
 	}
 	for _, p := range append(append([]string{}, cfg.ROPaths...), cfg.Path...) {
 		if !cleanAbs(p) || p == "/" || strings.ContainsAny(p, ":\x00") {
@@ -228,7 +232,7 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec, lim Limits) (*Result, erro
 	if err != nil {
 		return nil, &RunError{Kind: Start, Partial: Result{ExitCode: -1}, Err: err}
 	}
-	eg, err := s.openEgress(spec.Network)
+	eg, err := s.openEgress(spec.Network, is.resolvers)
 	if err != nil {
 		return nil, &RunError{Kind: Start, Partial: Result{ExitCode: -1}, Err: err}
 	}
@@ -271,7 +275,7 @@ func (s *Sandbox) Start(spec Spec) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	eg, err := s.openEgress(spec.Network)
+	eg, err := s.openEgress(spec.Network, is.resolvers)
 	if err != nil {
 		return nil, err
 	}
@@ -321,8 +325,14 @@ type initSpec struct {
 	// session, and what is seen read-only.
 	Workspace, Home, Tmp string
 	ROPaths              []string
-	TTY                  bool // stdin is a terminal to make the controlling one
-	Probe                bool // build the jail, then exit: New's check
+	// ResolvConf is the command's resolv.conf, placed at /etc/resolv.conf
+	// and at ResolvAt, where the host's link leads ("" when it is a file).
+	ResolvConf, ResolvAt string
+	// resolvers are the name servers ResolvConf names, for the egress
+	// filter; the helper does not need them.
+	resolvers []netip.Addr
+	TTY       bool // stdin is a terminal to make the controlling one
+	Probe     bool // build the jail, then exit: New's check
 }
 
 // initReply is the helper's report: a failure before the command started
@@ -383,6 +393,7 @@ func (s *Sandbox) prepare(spec Spec) (*initSpec, error) {
 	if s.cg == nil {
 		is.MaxData = uint64(s.cfg.MaxMemory)
 	}
+	is.ResolvConf, is.ResolvAt, is.resolvers = s.resolvConf(spec.Network)
 	return is, nil
 }
 

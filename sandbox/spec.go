@@ -82,7 +82,14 @@ type Config struct {
 	// Path is added to the PATH inside (ATELIER_SANDBOX_PATH), after the
 	// usual folders and /usr/local/go/bin when the host has Go there.
 	Path []string
-	Log  *slog.Logger
+	// ResolvConf is the host's resolv.conf, a file or a symbolic link
+	// (into /run/systemd/resolve/, say); "" is /etc/resolv.conf. Its name
+	// servers not on loopback are those an allowed command may ask, and a
+	// command finds its own resolv.conf at /etc/resolv.conf and, when this
+	// is a link, where the link leads inside (read as if it stood at
+	// /etc/resolv.conf).
+	ResolvConf string
+	Log        *slog.Logger
 }
 
 // Defaults of Config.

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -75,17 +77,64 @@ func TestSandboxBusyBeyondMaxRunning(t *testing.T) {
 	}
 }
 
-// A session's disk is bounded: writing past it fails with ENOSPC in the
-// checkout, in HOME and in /tmp, the host's file system gives it no more than its
-// size, and its image goes with the session.
+// TestSessionDiskBound: 3 GiB written into /dev/shm, /tmp and /workspace
+// each stop at their limit, seen from the host: the command's /dev/shm
+// counts against the sandboxes' memory while it lasts and goes with the
+// command, leaving nothing in the host's /dev/shm; the session's disk
+// takes no more of the host's file system than its size; and once the
+// session ends, the sandboxes' memory is back where it was.
 func TestSessionDiskBound(t *testing.T) {
 	needRoot(t)
 	const size = 64 << 20
-	h := newHarness(t, func(c *Config) { c.SandboxDiskBytes = size })
+	// A parent group of this test's own, so other tests' commands on the
+	// host do not move its memory.
+	parent := fmt.Sprintf("atelier-sandbox-bound-%d", os.Getpid())
+	memory := parentMemory(t, parent)
+	h := newHarness(t, func(c *Config) { c.SandboxDiskBytes = size; c.Sandbox.CgroupParent = parent })
 	owner, id := editable(t, h)
 	s, base := owner.session(id)
+	shmName := fmt.Sprintf("atelier-bound-%d", os.Getpid())
+	t.Cleanup(func() { os.Remove("/dev/shm/" + shmName) })
+	shmBefore, memBefore := usedOf(t, "/dev/shm"), memory()
+
+	type result struct {
+		out commandJSON
+		res *http.Response
+	}
+	ran := make(chan result, 1)
+	go func() {
+		out, res := owner.run(base, `head -c 3G /dev/zero > /dev/shm/`+shmName+`; echo "exit $?"; sleep 5`, "")
+		ran <- result{out, res}
+	}()
+	var peak int64
+	counted := eventuallyTrue(15*time.Second, func() bool {
+		peak = max(peak, memory())
+		return peak >= memBefore+48<<20 // three quarters of the command's 64 MiB /dev/shm
+	})
+	r := <-ran
+	if r.res.StatusCode != http.StatusOK {
+		t.Fatalf("run: %d %s", r.res.StatusCode, readBody(r.res))
+	}
+	if !strings.Contains(r.out.Stderr, "No space left on device") || r.out.Stdout != "exit 1\n" {
+		t.Errorf("3 GiB into /dev/shm: %+v", r.out)
+	}
+	t.Logf("the sandboxes' memory: %d before, %d once /dev/shm filled", memBefore, peak)
+	if !counted {
+		t.Errorf("the sandboxes' memory went from %d to at most %d while /dev/shm was full: its pages escaped the cgroup", memBefore, peak)
+	}
+	if !eventuallyTrue(5*time.Second, func() bool { return memory() < memBefore+16<<20 }) {
+		t.Errorf("the sandboxes' memory is %d after the command, %d before: /dev/shm outlived it", memory(), memBefore)
+	}
+	if _, err := os.Lstat("/dev/shm/" + shmName); err == nil {
+		t.Errorf("the command's /dev/shm file is in the host's /dev/shm")
+	}
+	if grown := usedOf(t, "/dev/shm") - shmBefore; grown > 32<<20 {
+		t.Errorf("the host's /dev/shm grew by %d bytes", grown)
+	}
+
+	// Taken right before, since other processes write to the host's disk.
 	before := freeOf(t, h.cfg.DataDir)
-	out, res := owner.run(base, `head -c 200M /dev/zero > big; echo "exit $?"; head -c 1M /dev/zero > "$HOME/more"; echo "exit $?"; head -c 1M /dev/zero > /tmp/more; echo "exit $?"`, "")
+	out, res := owner.run(base, `head -c 3G /dev/zero > /tmp/x; echo "exit $?"; head -c 3G /dev/zero > /workspace/x; echo "exit $?"; head -c 1M /dev/zero > "$HOME/more"; echo "exit $?"`, "")
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("run: %d %s", res.StatusCode, readBody(res))
 	}
@@ -96,8 +145,13 @@ func TestSessionDiskBound(t *testing.T) {
 		t.Errorf("the host gave %d bytes to a session's %d byte disk", used, size)
 	}
 	top := filepath.Dir(hostCheckout(t, h, s.ID))
-	if images, _ := filepath.Glob(filepath.Join(h.cfg.SandboxDiskDir(), "*.img")); len(images) != 1 {
+	images, _ := filepath.Glob(filepath.Join(h.cfg.SandboxDiskDir(), "*.img"))
+	if len(images) != 1 {
 		t.Fatalf("images of one session: %v", images)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(images[0], &st); err != nil || st.Blocks*512 > size {
+		t.Errorf("the session's disk image holds %d bytes of the host's disk (%v); its size is %d", st.Blocks*512, err, size)
 	}
 	owner.post(base+"/discard", nil, jsonAccept)
 	if images, _ := filepath.Glob(filepath.Join(h.cfg.SandboxDiskDir(), "*")); len(images) != 0 {
@@ -106,6 +160,50 @@ func TestSessionDiskBound(t *testing.T) {
 	if _, err := os.Lstat(top); !os.IsNotExist(err) {
 		t.Errorf("the session's folder %s survived its end: %v", top, err)
 	}
+	// The disk's cached pages went with it.
+	if !eventuallyTrue(5*time.Second, func() bool { return memory() < memBefore+16<<20 }) {
+		t.Errorf("the sandboxes' memory is %d after the session ended, %d before", memory(), memBefore)
+	}
+}
+
+// parentMemory reads the memory in use by the sandboxes' parent group
+// named parent (memory.current on cgroup v2, memory.usage_in_bytes on v1),
+// and removes the group when the test ends.
+func parentMemory(t *testing.T, parent string) func() int64 {
+	t.Helper()
+	v1, v2 := "/sys/fs/cgroup/memory/"+parent, "/sys/fs/cgroup/"+parent
+	t.Cleanup(func() {
+		for _, ctrl := range []string{"memory", "pids", "cpu"} {
+			unix.Rmdir("/sys/fs/cgroup/" + ctrl + "/" + parent)
+		}
+		unix.Rmdir(v2)
+	})
+	file := v1 + "/memory.usage_in_bytes"
+	if st, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil && st.Mode().IsRegular() {
+		file = v2 + "/memory.current"
+	} else if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
+		t.Skip("precondition: a memory cgroup hierarchy at /sys/fs/cgroup (v2) or /sys/fs/cgroup/memory (v1)")
+	}
+	return func() int64 {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatalf("the sandboxes' memory: %v", err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
+func usedOf(t *testing.T, path string) int64 {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Blocks-st.Bfree) * st.Bsize
 }
 
 func TestSandboxLimitsConfig(t *testing.T) {

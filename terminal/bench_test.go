@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -130,13 +131,35 @@ func cpuTime() time.Duration {
 // shares the machine's CPUs with the server, which a browser does not.
 // cpu-s is CPU time per run, shell and cat included.
 func BenchmarkThroughput(b *testing.B) {
-	const size = 256 << 20
-	path := textFile(b, size)
-	script := "stty raw -echo; printf R; head -c1 >/dev/null; cat " + path
+	path := textFile(b, throughputSize)
+	benchThroughput(b, bash, Options{}, path, path)
+}
+
+// BenchmarkThroughputJailed is BenchmarkThroughput with the terminal's
+// shell started as a session's shell is: through the sandbox, in its
+// jail, the file in its checkout. The floor is the same plain PTY.
+func BenchmarkThroughputJailed(b *testing.B) {
+	j := newJail(b)
+	path := textFile(b, throughputSize)
+	inside := filepath.Join(j.dir, "text")
+	if err := os.Rename(path, inside); err != nil {
+		b.Fatal(err)
+	}
+	benchThroughput(b, j.bash, j.options(), inside, "/workspace/text")
+}
+
+const throughputSize = 256 << 20
+
+// benchThroughput times cat of the text file at floorPath on a bare PTY,
+// and of the same file, at path as the shell sees it, in a terminal whose
+// shell start starts.
+func benchThroughput(b *testing.B, start func(string) Starter, opts Options, floorPath, path string) {
+	const size = throughputSize
+	script := "stty raw -echo; printf R; head -c1 >/dev/null; cat "
 	m := newManager(b, Config{})
 
 	floor := func() time.Duration {
-		master, done := bareShell(b, script)
+		master, done := bareShell(b, script+floorPath)
 		defer done()
 		readUntil(b, master, "R")
 		buf := make([]byte, 64<<10)
@@ -153,7 +176,7 @@ func BenchmarkThroughput(b *testing.B) {
 		return time.Since(start)
 	}
 	viaSSE := func(decode bool) time.Duration {
-		term, err := m.Open("ann", bash(script), Options{})
+		term, err := m.Open("ann", start(script+path), opts)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -205,13 +228,25 @@ func BenchmarkThroughput(b *testing.B) {
 // discipline: written to a PTY master and read back (raw-p50/p99), and
 // through Input to the echoed byte decoded from the SSE stream (p50/p99).
 func BenchmarkKeystroke(b *testing.B) {
+	benchKeystroke(b, bash, Options{})
+}
+
+// BenchmarkKeystrokeJailed is BenchmarkKeystroke with the terminal's shell
+// started through the sandbox, as a session's shell is; the floor is the
+// same plain PTY.
+func BenchmarkKeystrokeJailed(b *testing.B) {
+	j := newJail(b)
+	benchKeystroke(b, j.bash, j.options())
+}
+
+func benchKeystroke(b *testing.B, start func(string) Starter, opts Options) {
 	const script = "stty -icanon; printf R; exec cat >/dev/null"
 	master, done := bareShell(b, script)
 	defer done()
 	readUntil(b, master, "R")
 
 	m := newManager(b, Config{})
-	term, err := m.Open("ann", bash(script), Options{})
+	term, err := m.Open("ann", start(script), opts)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,9 +19,16 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"atelier/sandbox"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain starts the sandbox's init helper first, for the jailed
+// benchmarks.
+func TestMain(m *testing.M) {
+	sandbox.Init()
+	goleak.VerifyTestMain(m)
+}
 
 // bash returns a Starter that runs script the way the sandbox runs a
 // shell: on the tty, in a new session whose controlling terminal it is.
