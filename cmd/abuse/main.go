@@ -11,27 +11,21 @@ import (
 	"archive/zip"
 	"bufio"
 	"bytes"
-	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net"
 	"net/http"
-	"net/http/cookiejar"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"atelier/internal/liveserver"
 )
 
 func main() {
@@ -66,10 +60,9 @@ func sizesFor(short bool) sizes {
 }
 
 const (
-	adminPassword = "abuse-admin-password-1"
-	victimName    = "victim"
-	rssGrowthMax  = 512 << 20
-	streamCap     = 64
+	victimName   = "victim"
+	rssGrowthMax = 512 << 20
+	streamCap    = 64
 )
 
 // row is one line of the printed table.
@@ -82,31 +75,31 @@ type row struct {
 // the error says which bounds failed.
 func run(short bool, logw io.Writer) (string, error) {
 	sz := sizesFor(short)
-	srv, err := startServer(logw)
+	srv, err := liveserver.Start(logw, "ATELIER_SANDBOX_DISK_BYTES=0", "ATELIER_IMPORT_MAX_BYTES="+strconv.Itoa(300<<20))
 	if err != nil {
 		return "", err
 	}
-	defer srv.stop()
+	defer srv.Stop()
 
-	c, err := signIn(srv.base, "admin", adminPassword)
+	c, err := liveserver.SignIn(srv.Base, "admin", liveserver.AdminPassword)
 	if err != nil {
 		return "", err
 	}
-	if err := c.post("/admin/users", url.Values{"username": {victimName}, "password": {"victim-password-123"}}); err != nil {
+	if err := c.Post("/admin/users", url.Values{"username": {victimName}, "password": {"victim-password-123"}}); err != nil {
 		return "", fmt.Errorf("abuse: create victim: %w", err)
 	}
 
 	var rows []row
 	measure := func(attack, size string, f func() (string, bool)) {
 		fmt.Fprintf(logw, "abuse: %s (%s)\n", attack, size)
-		rows = append(rows, srv.measure(attack, size, sz.p99Bound, f))
+		rows = append(rows, measureAttack(srv, attack, size, sz.p99Bound, f))
 	}
 	measure("slow bodies", fmt.Sprintf("%d conns, 1 byte / 2 s, %s", sz.slowConns, sz.slowFor),
-		func() (string, bool) { return slowBodies(srv.addr, sz.slowConns, sz.slowFor) })
+		func() (string, bool) { return slowBodies(srv.Addr, sz.slowConns, sz.slowFor) })
 	measure("concurrent wrong passwords", fmt.Sprintf("%d parallel", sz.wrongLogins),
-		func() (string, bool) { return wrongPasswords(srv.base, sz.wrongLogins) })
+		func() (string, bool) { return wrongPasswords(srv.Base, sz.wrongLogins) })
 	measure("stream flood (/admin/events)", fmt.Sprintf("%d streams, one account", sz.streams),
-		func() (string, bool) { return streamFlood(srv.addr, c, sz.streams) })
+		func() (string, bool) { return streamFlood(srv.Addr, c, sz.streams) })
 	measure("large download (/code/raw)", fmt.Sprintf("%d MiB file, %d at once", sz.downloadBytes>>20, sz.downloads),
 		func() (string, bool) { return largeDownload(c, sz.downloadBytes, sz.downloads) })
 	rows = append(rows,
@@ -130,87 +123,10 @@ func run(short bool, logw io.Writer) (string, error) {
 	return b.String(), nil
 }
 
-// server is the child process under attack.
-type server struct {
-	cmd  *exec.Cmd
-	dir  string
-	addr string
-	base string
-}
-
-func startServer(logw io.Writer) (*server, error) {
-	dir, err := os.MkdirTemp("", "atelier-abuse-")
-	if err != nil {
-		return nil, err
-	}
-	// The embedded PostgreSQL runs as the postgres account, which must pass
-	// through every parent of the data folder.
-	if err := os.Chmod(dir, 0o711); err != nil {
-		return nil, err
-	}
-	bin := filepath.Join(dir, "atelier")
-	build := exec.Command("go", "build", "-o", bin, "atelier")
-	build.Stdout, build.Stderr = logw, logw
-	if err := build.Run(); err != nil {
-		return nil, fmt.Errorf("abuse: build server: %w", err)
-	}
-	data := filepath.Join(dir, "data")
-	if err := os.Mkdir(data, 0o711); err != nil {
-		return nil, err
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := l.Addr().String()
-	l.Close()
-	logf, err := os.Create(filepath.Join(dir, "server.log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "ATELIER_DATA="+data, "ATELIER_ADDR="+addr,
-		"ATELIER_ADMIN_PASSWORD="+adminPassword, "ATELIER_SANDBOX_DISK_BYTES=0",
-		"ATELIER_IMPORT_MAX_BYTES="+strconv.Itoa(300<<20))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	s := &server{cmd: cmd, dir: dir, addr: addr, base: "http://" + addr}
-	deadline := time.Now().Add(3 * time.Minute)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(s.base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	s.stop()
-	return nil, fmt.Errorf("abuse: server did not answer /healthz within 3 minutes (log in %s)", logf.Name())
-}
-
-// stop ends the server with SIGTERM so it stops its PostgreSQL, then
-// removes its folder.
-func (s *server) stop() {
-	_ = s.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-done
-	}
-	_ = os.RemoveAll(s.dir)
-}
-
-// measure runs one attack while an honest client polls /healthz and a
+// measureAttack runs one attack while an honest client polls /healthz and a
 // sampler watches the server's memory and descriptors.
-func (s *server) measure(attack, size string, p99Bound time.Duration, f func() (string, bool)) row {
-	pid := s.cmd.Process.Pid
+func measureAttack(s *liveserver.Server, attack, size string, p99Bound time.Duration, f func() (string, bool)) row {
+	pid := s.PID()
 	baseRSS := rss(pid)
 	limit := fdLimit(pid)
 	var peakRSS, peakFDs atomic.Int64
@@ -239,7 +155,7 @@ func (s *server) measure(attack, size string, p99Bound time.Duration, f func() (
 	var lat []time.Duration
 	go func() {
 		defer wg.Done()
-		lat = honestClient(s.base, stop)
+		lat = honestClient(s.Base, stop)
 	}()
 	detail, ok := f()
 	close(stop)
@@ -429,7 +345,7 @@ func wrongPasswords(base string, n int) (string, bool) {
 
 // streamFlood opens n event streams as one account and holds them; at most
 // streamCap may be answered 200.
-func streamFlood(addr string, c *client, n int) (string, bool) {
+func streamFlood(addr string, c *liveserver.Client, n int) (string, bool) {
 	var ok, refused, failed atomic.Int64
 	var firstErr atomic.Value
 	fail := func(why string) {
@@ -449,7 +365,7 @@ func streamFlood(addr string, c *client, n int) (string, bool) {
 			}
 			defer conn.Close()
 			_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-			fmt.Fprintf(conn, "GET /admin/events HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nCookie: %s\r\n\r\n", addr, c.cookieHeader())
+			fmt.Fprintf(conn, "GET /admin/events HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nCookie: %s\r\n\r\n", addr, c.CookieHeader())
 			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 			switch {
 			case err != nil:
@@ -484,12 +400,12 @@ func streamFlood(addr string, c *client, n int) (string, bool) {
 
 // largeDownload imports one large file and downloads it from several
 // clients at once, checking every byte count.
-func largeDownload(c *client, size int64, n int) (string, bool) {
-	id, err := c.createProject("abuse-download")
+func largeDownload(c *liveserver.Client, size int64, n int) (string, bool) {
+	id, err := c.CreateProject("abuse-download")
 	if err != nil {
 		return err.Error(), false
 	}
-	if err := c.importFile(id, "big.bin", size); err != nil {
+	if err := importFile(c, id, "big.bin", size); err != nil {
 		return err.Error(), false
 	}
 	var wrong atomic.Int64
@@ -498,7 +414,7 @@ func largeDownload(c *client, size int64, n int) (string, bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := c.hc.Get(fmt.Sprintf("%s/projects/%d/code/raw?path=big.bin", c.base, id))
+			resp, err := c.HC.Get(fmt.Sprintf("%s/projects/%d/code/raw?path=big.bin", c.Base, id))
 			if err != nil {
 				wrong.Add(1)
 				return
@@ -514,94 +430,9 @@ func largeDownload(c *client, size int64, n int) (string, bool) {
 	return fmt.Sprintf("%d of %d downloads complete", int64(n)-wrong.Load(), n), wrong.Load() == 0
 }
 
-// client is a signed-in browser of one account.
-type client struct {
-	base string
-	hc   *http.Client
-	csrf string
-}
-
-var csrfMeta = regexp.MustCompile(`<meta name="csrf-token" content="([^"]+)">`)
-
-func signIn(base, name, password string) (*client, error) {
-	jar, _ := cookiejar.New(nil)
-	c := &client{base: base, hc: &http.Client{Jar: jar, Timeout: 10 * time.Minute}}
-	u, _ := url.Parse(base)
-	anon := strings.Repeat("a", 40)
-	jar.SetCookies(u, []*http.Cookie{{Name: "atelier_csrf", Value: anon, Path: "/"}})
-	c.csrf = anon
-	if err := c.post("/login", url.Values{"username": {name}, "password": {password}}); err != nil {
-		return nil, fmt.Errorf("abuse: sign in: %w", err)
-	}
-	resp, err := c.hc.Get(base + "/projects")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	page, _ := io.ReadAll(resp.Body)
-	m := csrfMeta.FindSubmatch(page)
-	if m == nil {
-		return nil, errors.New("abuse: no csrf token on /projects after sign-in")
-	}
-	c.csrf = string(m[1])
-	return c, nil
-}
-
-func (c *client) cookieHeader() string {
-	u, _ := url.Parse(c.base)
-	var parts []string
-	for _, ck := range c.hc.Jar.Cookies(u) {
-		parts = append(parts, ck.Name+"="+ck.Value)
-	}
-	return strings.Join(parts, "; ")
-}
-
-func (c *client) do(req *http.Request) (*http.Response, error) {
-	req.Header.Set("X-CSRF-Token", c.csrf)
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode >= 400 {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		resp.Body.Close()
-		return nil, fmt.Errorf("%s %s: %d %s", req.Method, req.URL.Path, resp.StatusCode, body)
-	}
-	return resp, nil
-}
-
-func (c *client) post(path string, form url.Values) error {
-	req, _ := http.NewRequest(http.MethodPost, c.base+path, strings.NewReader(form.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := c.do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.Body.Close()
-}
-
-func (c *client) createProject(name string) (int64, error) {
-	req, _ := http.NewRequest(http.MethodPost, c.base+"/projects", strings.NewReader(url.Values{"name": {name}}.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := c.do(req)
-	if err != nil {
-		return 0, fmt.Errorf("abuse: create project: %w", err)
-	}
-	defer resp.Body.Close()
-	var p struct {
-		ID int64 `json:"id"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil || p.ID == 0 {
-		return 0, fmt.Errorf("abuse: create project: no id in the answer (%v)", err)
-	}
-	return p.ID, nil
-}
-
 // importFile uploads a zip holding one file of size zero bytes; it
 // compresses to almost nothing, so the upload is quick and the file large.
-func (c *client) importFile(id int64, name string, size int64) error {
+func importFile(c *liveserver.Client, id int64, name string, size int64) error {
 	var archive bytes.Buffer
 	zw := zip.NewWriter(&archive)
 	w, err := zw.Create(name)
@@ -614,26 +445,7 @@ func (c *client) importFile(id int64, name string, size int64) error {
 	if err := zw.Close(); err != nil {
 		return err
 	}
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
-	fw, err := mw.CreateFormFile("archive", "big.zip")
-	if err != nil {
-		return err
-	}
-	if _, err := fw.Write(archive.Bytes()); err != nil {
-		return err
-	}
-	if err := mw.Close(); err != nil {
-		return err
-	}
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, fmt.Sprintf("%s/projects/%d/import", c.base, id), &body)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	resp, err := c.do(req)
-	if err != nil {
-		return fmt.Errorf("abuse: import: %w", err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.Body.Close()
+	return c.Import(id, "big.zip", archive.Bytes())
 }
 
 type zeros struct{}
