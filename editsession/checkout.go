@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/workspace"
@@ -260,6 +262,11 @@ func statKeyOf(fi fs.FileInfo) (statKey, bool) {
 		mtimeNsec: st.Mtim.Nano(), ctimeNsec: st.Ctim.Nano(), mode: st.Mode}, true
 }
 
+func statKeyOfUnix(st *unix.Stat_t) statKey {
+	return statKey{dev: uint64(st.Dev), ino: st.Ino, size: uint64(st.Size),
+		mtimeNsec: st.Mtim.Nano(), ctimeNsec: st.Ctim.Nano(), mode: st.Mode}
+}
+
 // racyMargin: a file whose ctime is this close to (or after) the moment a
 // capture began is read again by the next capture, as git treats a racily
 // clean index entry. A write just after the reading could otherwise land
@@ -479,10 +486,23 @@ func walkCheckout(dir string, base map[string]gitsvc.Entry, seen map[string]seen
 			return err
 		}
 		entries, err := d.ReadDir(-1)
-		d.Close()
 		if err != nil {
+			d.Close()
 			return err
 		}
+		// The files this walk saw before are looked at through the
+		// folder's descriptor, one system call each, before the folder
+		// is closed and the walk goes deeper.
+		keys := map[string]statKey{}
+		for _, e := range entries {
+			if e.Type().IsRegular() && seen != nil {
+				var st unix.Stat_t
+				if unix.Fstatat(int(d.Fd()), e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+					keys[e.Name()] = statKeyOfUnix(&st)
+				}
+			}
+		}
+		d.Close()
 		for _, e := range entries {
 			p := e.Name()
 			if rel != "" {
@@ -508,12 +528,10 @@ func walkCheckout(dir string, base map[string]gitsvc.Entry, seen map[string]seen
 				files[p] = captured{kind: linkFile, link: target}
 			case t.IsRegular():
 				if prev, ok := seen[p]; ok {
-					if fi, err := root.Lstat(p); err == nil {
-						if key, ok := statKeyOf(fi); ok && key == prev.key {
-							files[p] = captured{kind: textFile, blob: prev.blob, unread: true}
-							nextSeen[p] = prev
-							continue
-						}
+					if key, ok := keys[e.Name()]; ok && key == prev.key && key.mode&unix.S_IFMT == unix.S_IFREG {
+						files[p] = captured{kind: textFile, blob: prev.blob, unread: true}
+						nextSeen[p] = prev
+						continue
 					}
 				}
 				content, why, key, err := readRegular(root, p)
