@@ -46,6 +46,7 @@ type Service struct {
 	hashing   *hashGate
 	// Failed sign-ins per username and per client address.
 	accounts, addresses *throttle
+	signedIn            signedIn
 }
 
 // NewService returns a Service; now is the clock (time.Now in production).
@@ -194,11 +195,20 @@ func (s *Service) Resolve(ctx context.Context, token string) (*models.LoginSessi
 	if token == "" {
 		return nil, nil, ErrSignInRequired
 	}
-	ls, u, err := s.store.LoginSessionUser(ctx, hashToken(token), s.now())
+	hash, now := hashToken(token), s.now()
+	if ls, u, ok := s.signedIn.get(hash, now); ok {
+		return ls, u, nil
+	}
+	ls, u, err := s.store.LoginSessionUser(ctx, hash, now)
 	if errors.Is(err, models.ErrNotFound) {
+		s.signedIn.forget(hash)
 		return nil, nil, ErrSignInRequired
 	}
-	return ls, u, err
+	if err != nil {
+		return nil, nil, err
+	}
+	s.signedIn.put(hash, ls, u, now)
+	return ls, u, nil
 }
 
 // Logout ends the session of token.
@@ -206,7 +216,12 @@ func (s *Service) Logout(ctx context.Context, token string) error {
 	if token == "" {
 		return nil
 	}
-	return s.store.DeleteLoginSession(ctx, hashToken(token))
+	// Forgotten after the row is gone, so a request racing the sign-out
+	// cannot put it back.
+	hash := hashToken(token)
+	err := s.store.DeleteLoginSession(ctx, hash)
+	s.signedIn.forget(hash)
+	return err
 }
 
 func hashToken(token string) []byte {

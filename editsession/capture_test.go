@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"atelier/gitsvc"
 )
@@ -33,7 +34,7 @@ func TestWalkLeavesOutWithReasons(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	files, left, err := walkCheckout(dir, map[string]gitsvc.Entry{})
+	files, _, left, err := walkCheckout(dir, map[string]gitsvc.Entry{}, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,5 +62,53 @@ func TestWalkLeavesOutWithReasons(t *testing.T) {
 		if underUnwalked(p, left) {
 			t.Errorf("%q is taken to be below an unread folder", p)
 		}
+	}
+}
+
+// TestWalkSkipsOnlyWhatTheKernelSaysIsUnchanged: a file whose inode and
+// times are those of the last walk is not read again; one rewritten with
+// the same size and its mtime put back is (ctime moved); one changed too
+// close to the walk's start is not trusted for the next.
+func TestWalkSkipsOnlyWhatTheKernelSaysIsUnchanged(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"kept.txt", "forged.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("aaaa"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As if the first walk began well after the files were written.
+	_, seen, _, err := walkCheckout(dir, nil, nil, time.Now().Add(2*racyMargin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 {
+		t.Fatalf("the first walk trusts %d files, want 2", len(seen))
+	}
+	forged := filepath.Join(dir, "forged.txt")
+	fi, err := os.Stat(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(forged, []byte("bbbb"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(forged, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	files, next, _, err := walkCheckout(dir, nil, seen, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := files["kept.txt"]; !f.unread || f.blob != gitBlobID([]byte("aaaa")) {
+		t.Errorf("kept.txt = %+v, want skipped with the blob seen before", f)
+	}
+	if f := files["forged.txt"]; f.unread || string(f.content) != "bbbb" || f.blob != gitBlobID([]byte("bbbb")) {
+		t.Errorf("forged.txt = %+v, want read again: bbbb", f)
+	}
+	if _, ok := next["forged.txt"]; ok {
+		t.Error("a file changed just before the walk began is trusted by the next")
+	}
+	if _, ok := next["kept.txt"]; !ok {
+		t.Error("an unchanged file is forgotten by the next walk")
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/workspace"
@@ -40,6 +42,13 @@ type checkout struct {
 	// clock tick must still both reach the checkout.
 	synced   map[string]string
 	lastUsed time.Time
+	// seen is what the last capture read of each text file, by the file's
+	// inode and times, so the next reads only what changed (statKey).
+	seen map[string]seenFile
+	// base is the tree of baseCommit (baseEntries), listed once: a commit
+	// does not change.
+	base       map[string]gitsvc.Entry
+	baseCommit string
 }
 
 // checkouts tracks the live checkouts of this instance, one command at a
@@ -77,8 +86,11 @@ func gitBlobID(content []byte) string {
 }
 
 // baseEntries is the base tree: path → entry, for blobs, links and
-// submodules.
-func (r *Runtime) baseEntries(ctx context.Context, sess *Session) (map[string]gitsvc.Entry, error) {
+// submodules; read only, kept on the checkout while its base stays.
+func (r *Runtime) baseEntries(ctx context.Context, sess *Session, co *checkout) (map[string]gitsvc.Entry, error) {
+	if co.base != nil && co.baseCommit == sess.BaseCommit {
+		return co.base, nil
+	}
 	_, all, err := r.git.ListAll(ctx, sess.Source.Repo, sess.BaseCommit)
 	if err != nil {
 		return nil, err
@@ -89,6 +101,7 @@ func (r *Runtime) baseEntries(ctx context.Context, sess *Session) (map[string]gi
 			m[e.Path] = e
 		}
 	}
+	co.base, co.baseCommit = m, sess.BaseCommit
 	return m, nil
 }
 
@@ -218,7 +231,48 @@ type captured struct {
 	kind    int // textFile, linkFile or leftOut
 	content []byte
 	link    string
+	blob    string // a text file's git blob id
+	// unread: a text file whose inode and times are those the last capture
+	// read, so it holds the same content (blob); content is nil.
+	unread bool
 }
+
+// seenFile is a text file as a capture read it.
+type seenFile struct {
+	key  statKey
+	blob string
+}
+
+// statKey is what the kernel changes when a file's content may have
+// changed. The sandboxed user sets mtime at will (touch -d), but not ctime:
+// every write, and every change of mtime, sets ctime to the kernel's clock.
+// The inode tells a file put in the place of another apart.
+type statKey struct {
+	dev, ino, size       uint64
+	mtimeNsec, ctimeNsec int64
+	mode                 uint32
+}
+
+func statKeyOf(fi fs.FileInfo) (statKey, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return statKey{}, false
+	}
+	return statKey{dev: uint64(st.Dev), ino: st.Ino, size: uint64(st.Size),
+		mtimeNsec: st.Mtim.Nano(), ctimeNsec: st.Ctim.Nano(), mode: st.Mode}, true
+}
+
+func statKeyOfUnix(st *unix.Stat_t) statKey {
+	return statKey{dev: uint64(st.Dev), ino: st.Ino, size: uint64(st.Size),
+		mtimeNsec: st.Mtim.Nano(), ctimeNsec: st.Ctim.Nano(), mode: st.Mode}
+}
+
+// racyMargin: a file whose ctime is this close to (or after) the moment a
+// capture began is read again by the next capture, as git treats a racily
+// clean index entry. A write just after the reading could otherwise land
+// in the same tick of the file system's clock, with the same ctime; a
+// second covers file systems that keep whole seconds.
+const racyMargin = time.Second
 
 const (
 	textFile = iota
@@ -242,11 +296,14 @@ func (l LeftOut) Note() string { return l.Path + ": left out, " + l.Why }
 // view into an edit, after every process of the session is gone. What
 // cannot be an edit stays out, and the result says why.
 func (r *Runtime) capture(ctx context.Context, sess *Session, co *checkout) ([]LeftOut, error) {
-	base, err := r.baseEntries(ctx, sess)
+	base, err := r.baseEntries(ctx, sess, co)
 	if err != nil {
 		return nil, err
 	}
-	files, left, err := walkCheckout(co.dir, base)
+	seen := co.seen
+	co.seen = nil // until this capture is stored
+	// The kernel's clock, which stamps ctime, not the runtime's.
+	files, nextSeen, left, err := walkCheckout(co.dir, base, seen, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -256,8 +313,12 @@ func (r *Runtime) capture(ctx context.Context, sess *Session, co *checkout) ([]L
 			return err
 		}
 		edited := map[string]*models.SessionFile{}
+		editBlob := map[string]string{}
 		for i := range edits {
 			edited[edits[i].Path] = &edits[i]
+			if !edits[i].Deleted {
+				editBlob[edits[i].Path] = gitBlobID(edits[i].Content)
+			}
 		}
 		count := len(edits)
 		// record stores what p now is (nil and deleted: gone), or forgets
@@ -298,12 +359,24 @@ func (r *Runtime) capture(ctx context.Context, sess *Session, co *checkout) ([]L
 				}
 				continue
 			}
-			equalsBase := inBase && b.Type == "blob" && b.Mode != "120000" && gitBlobID(f.content) == b.SHA
+			equalsBase := inBase && b.Type == "blob" && b.Mode != "120000" && f.blob == b.SHA
 			e, had := edited[p]
-			if had && !e.Deleted && bytes.Equal(e.Content, f.content) || !had && equalsBase {
+			sameAsEdit := had && !e.Deleted && editBlob[p] == f.blob && (f.unread || bytes.Equal(e.Content, f.content))
+			if sameAsEdit || !had && equalsBase {
 				continue // as the session already sees it
 			}
-			if err := record(p, nonNil(f.content), false, equalsBase); err != nil {
+			content := f.content
+			if f.unread { // unchanged, but the view moved meanwhile
+				why := ""
+				if content, why, err = readText(co.dir, p); err != nil {
+					return err
+				}
+				if why != "" { // a shell changed it since the walk
+					left = append(left, LeftOut{Path: p, Why: why})
+					continue
+				}
+			}
+			if err := record(p, nonNil(content), false, equalsBase); err != nil {
 				return err
 			}
 		}
@@ -334,7 +407,24 @@ func (r *Runtime) capture(ctx context.Context, sess *Session, co *checkout) ([]L
 	if err != nil {
 		return nil, err
 	}
+	// A path left out (too many changed paths) is read again next time,
+	// so it is noted again or recorded once there is room.
+	for _, l := range left {
+		delete(nextSeen, l.Path)
+	}
+	co.seen = nextSeen
 	return left, r.markDiverged(ctx, sess, co)
+}
+
+// readText reads one file of the checkout again, as walkCheckout does.
+func readText(dir, p string) (content []byte, why string, err error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	defer root.Close()
+	content, why, _, err = readRegular(root, p)
+	return content, why, err
 }
 
 // underUnwalked reports a base path inside a folder the walk did not read;
@@ -371,14 +461,19 @@ func editVersion(e *models.SessionFile) string {
 
 // walkCheckout reads every regular file of dir through an os.Root, never
 // following a link and never blocking on a special file, and says what it
-// left out.
-func walkCheckout(dir string, base map[string]gitsvc.Entry) (map[string]captured, []LeftOut, error) {
+// left out. A text file whose statKey is the one in seen is not read (see
+// captured.unread). The answer's seen is for the next walk: the text files
+// read or skipped, less those changed too close to began, when this walk
+// started (racyMargin).
+func walkCheckout(dir string, base map[string]gitsvc.Entry, seen map[string]seenFile, began time.Time) (map[string]captured, map[string]seenFile, []LeftOut, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer root.Close()
+	trustBefore := began.Add(-racyMargin).UnixNano()
 	files := map[string]captured{}
+	nextSeen := map[string]seenFile{}
 	var left []LeftOut
 	var walk func(rel string) error
 	walk = func(rel string) error {
@@ -391,10 +486,23 @@ func walkCheckout(dir string, base map[string]gitsvc.Entry) (map[string]captured
 			return err
 		}
 		entries, err := d.ReadDir(-1)
-		d.Close()
 		if err != nil {
+			d.Close()
 			return err
 		}
+		// The files this walk saw before are looked at through the
+		// folder's descriptor, one system call each, before the folder
+		// is closed and the walk goes deeper.
+		keys := map[string]statKey{}
+		for _, e := range entries {
+			if e.Type().IsRegular() && seen != nil {
+				var st unix.Stat_t
+				if unix.Fstatat(int(d.Fd()), e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+					keys[e.Name()] = statKeyOfUnix(&st)
+				}
+			}
+		}
+		d.Close()
 		for _, e := range entries {
 			p := e.Name()
 			if rel != "" {
@@ -419,7 +527,14 @@ func walkCheckout(dir string, base map[string]gitsvc.Entry) (map[string]captured
 				}
 				files[p] = captured{kind: linkFile, link: target}
 			case t.IsRegular():
-				content, why, err := readRegular(root, p)
+				if prev, ok := seen[p]; ok {
+					if key, ok := keys[e.Name()]; ok && key == prev.key && key.mode&unix.S_IFMT == unix.S_IFREG {
+						files[p] = captured{kind: textFile, blob: prev.blob, unread: true}
+						nextSeen[p] = prev
+						continue
+					}
+				}
+				content, why, key, err := readRegular(root, p)
 				if err != nil {
 					return err
 				}
@@ -428,7 +543,11 @@ func walkCheckout(dir string, base map[string]gitsvc.Entry) (map[string]captured
 					files[p] = captured{kind: leftOut}
 					continue
 				}
-				files[p] = captured{kind: textFile, content: content}
+				blob := gitBlobID(content)
+				files[p] = captured{kind: textFile, content: content, blob: blob}
+				if key != (statKey{}) && key.ctimeNsec < trustBefore {
+					nextSeen[p] = seenFile{key: key, blob: blob}
+				}
 			default:
 				left = append(left, LeftOut{Path: p, Why: "not a regular file"})
 				files[p] = captured{kind: leftOut}
@@ -437,38 +556,39 @@ func walkCheckout(dir string, base map[string]gitsvc.Entry) (map[string]captured
 		return nil
 	}
 	if err := walk(""); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return files, left, nil
+	return files, nextSeen, left, nil
 }
 
 // readRegular reads a file of at most MaxFileBytes that is text, or says why
-// it is not an edit.
-func readRegular(root *os.Root, p string) ([]byte, string, error) {
+// it is not an edit; key is the file's as it was opened.
+func readRegular(root *os.Root, p string) (content []byte, why string, key statKey, err error) {
 	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, "", err
+		return nil, "", key, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, "", err
+		return nil, "", key, err
 	}
+	key, _ = statKeyOf(fi)
 	if !fi.Mode().IsRegular() {
-		return nil, "not a regular file", nil
+		return nil, "not a regular file", key, nil
 	}
 	if fi.Size() > MaxFileBytes {
-		return nil, "larger than " + strconv.Itoa(MaxFileBytes/1024) + " KiB", nil
+		return nil, "larger than " + strconv.Itoa(MaxFileBytes/1024) + " KiB", key, nil
 	}
-	content, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	content, err = io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
-		return nil, "", err
+		return nil, "", key, err
 	}
 	if len(content) > MaxFileBytes {
-		return nil, "larger than " + strconv.Itoa(MaxFileBytes/1024) + " KiB", nil
+		return nil, "larger than " + strconv.Itoa(MaxFileBytes/1024) + " KiB", key, nil
 	}
 	if bytes.IndexByte(content, 0) >= 0 {
-		return nil, "a binary file", nil
+		return nil, "a binary file", key, nil
 	}
-	return content, "", nil
+	return content, "", key, nil
 }

@@ -34,7 +34,7 @@ const recoverWithin = 60 * time.Second
 // largeImport imports an archive of n distinct files of size bytes and
 // reads one back whole.
 func largeImport(c *client, n int, size int64) (string, bool) {
-	id, err := c.createProject("abuse-import-large")
+	id, err := c.CreateProject("abuse-import-large")
 	if err != nil {
 		return err.Error(), false
 	}
@@ -58,7 +58,7 @@ func largeImport(c *client, n int, size int64) (string, bool) {
 // manyFilesImport imports an archive of n small files in folders of 100
 // and reads the last one back.
 func manyFilesImport(c *client, n int) (string, bool) {
-	id, err := c.createProject("abuse-import-many")
+	id, err := c.CreateProject("abuse-import-many")
 	if err != nil {
 		return err.Error(), false
 	}
@@ -86,7 +86,7 @@ func manyFilesImport(c *client, n int) (string, bool) {
 // the server must recover by itself, and every save it acknowledged must
 // read back byte for byte.
 func databaseRestart(s *server, c *client, outage time.Duration) (string, bool) {
-	id, err := c.createProject("abuse-db-restart")
+	id, err := c.CreateProject("abuse-db-restart")
 	if err != nil {
 		return err.Error(), false
 	}
@@ -249,7 +249,7 @@ func (c *client) verifySaved(base string, saved map[string]string) string {
 // reads must keep answering from git, the import must succeed, and its
 // publish must land in MinIO once it is back.
 func objectStoreStop(s *server, c *client, outage time.Duration) (string, bool) {
-	id, err := c.createProject("abuse-s3-read")
+	id, err := c.CreateProject("abuse-s3-read")
 	if err != nil {
 		return err.Error(), false
 	}
@@ -257,7 +257,7 @@ func objectStoreStop(s *server, c *client, outage time.Duration) (string, bool) 
 	if err := c.importArchive(id, []archived{{name: "README.md", head: readme, size: int64(len(readme))}}); err != nil {
 		return err.Error(), false
 	}
-	late, err := c.createProject("abuse-s3-late")
+	late, err := c.CreateProject("abuse-s3-late")
 	if err != nil {
 		return err.Error(), false
 	}
@@ -360,7 +360,7 @@ func (s *server) scan(ctx context.Context, sql string, args []any, dest ...any) 
 // checkout rebuilt from the base and the edits, without what the killed
 // command half wrote.
 func serverKill(s *server, c *client) (string, bool) {
-	id, err := c.createProject("abuse-kill")
+	id, err := c.CreateProject("abuse-kill")
 	if err != nil {
 		return err.Error(), false
 	}
@@ -509,8 +509,8 @@ func processState(pid int) string {
 func (c *client) get(path string) (string, int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*failFast)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
-	resp, err := c.hc.Do(req)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+path, nil)
+	resp, err := c.HC.Do(req)
 	if err != nil {
 		return "", 0, err
 	}
@@ -521,7 +521,7 @@ func (c *client) get(path string) (string, int, error) {
 
 // rawSize downloads path of project id and returns its length.
 func (c *client) rawSize(id int64, path string) (int64, error) {
-	resp, err := c.hc.Get(fmt.Sprintf("%s/projects/%d/code/raw?path=%s", c.base, id, url.QueryEscape(path)))
+	resp, err := c.HC.Get(fmt.Sprintf("%s/projects/%d/code/raw?path=%s", c.Base, id, url.QueryEscape(path)))
 	if err != nil {
 		return 0, err
 	}
@@ -535,8 +535,8 @@ func (c *client) rawSize(id int64, path string) (int64, error) {
 // openSession opens (or finds) the account's edit session on project id
 // and returns its URL path.
 func (c *client) openSession(id int64) (string, error) {
-	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/projects/%d/sessions", c.base, id), nil)
-	resp, err := c.do(req)
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/projects/%d/sessions", c.Base, id), nil)
+	resp, err := c.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("abuse: open session: %w", err)
 	}
@@ -555,10 +555,10 @@ func (c *client) openSession(id int64) (string, error) {
 func (c *client) save(base, path, content string) (int, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*failFast)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, c.base+base+"/file?path="+url.QueryEscape(path), strings.NewReader(content))
-	req.Header.Set("X-CSRF-Token", c.csrf)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, c.Base+base+"/file?path="+url.QueryEscape(path), strings.NewReader(content))
+	req.Header.Set("X-CSRF-Token", c.CSRF)
 	req.Header.Set("Accept", "application/json")
-	resp, err := c.hc.Do(req)
+	resp, err := c.HC.Do(req)
 	if err != nil {
 		return 0, "", err
 	}
@@ -580,9 +580,9 @@ type commandResult struct {
 }
 
 func (c *client) runCommand(base, command string) (*commandResult, error) {
-	req, _ := http.NewRequest(http.MethodPost, c.base+base+"/commands", strings.NewReader(url.Values{"command": {command}}.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, c.Base+base+"/commands", strings.NewReader(url.Values{"command": {command}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := c.do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -597,9 +597,9 @@ func (c *client) runCommand(base, command string) (*commandResult, error) {
 // openShell opens a terminal in the session, types input into it and
 // returns its id.
 func (c *client) openShell(base, input string) (string, error) {
-	req, _ := http.NewRequest(http.MethodPost, c.base+base+"/terminals", strings.NewReader(url.Values{"cols": {"80"}, "rows": {"24"}}.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, c.Base+base+"/terminals", strings.NewReader(url.Values{"cols": {"80"}, "rows": {"24"}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := c.do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("abuse: open shell: %w", err)
 	}
@@ -611,9 +611,9 @@ func (c *client) openShell(base, input string) (string, error) {
 	if err := json.NewDecoder(resp.Body).Decode(&t); err != nil || t.ID == "" {
 		return "", fmt.Errorf("abuse: open shell: no id in the answer (%v)", err)
 	}
-	req, _ = http.NewRequest(http.MethodPost, c.base+base+"/terminals/"+t.ID+"/input", strings.NewReader(input))
+	req, _ = http.NewRequest(http.MethodPost, c.Base+base+"/terminals/"+t.ID+"/input", strings.NewReader(input))
 	req.Header.Set("X-Input-Seq", strconv.FormatUint(t.NextSeq, 10))
-	in, err := c.do(req)
+	in, err := c.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("abuse: shell input: %w", err)
 	}
@@ -625,9 +625,9 @@ func (c *client) openShell(base, input string) (string, error) {
 func (c *client) shellStream(base, tid string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.base+base+"/terminals/"+tid+"/stream", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+base+"/terminals/"+tid+"/stream", nil)
 	req.Header.Set("Accept", "text/event-stream")
-	resp, err := c.hc.Do(req)
+	resp, err := c.HC.Do(req)
 	if err != nil {
 		return "", err
 	}

@@ -15,7 +15,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,7 +22,6 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
-	"net/http/cookiejar"
 	"net/url"
 	"os"
 	"os/exec"
@@ -37,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"atelier/internal/liveserver"
 	"atelier/pgembed"
 	"atelier/storage/miniotest"
 )
@@ -111,7 +110,7 @@ func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := c.post("/admin/users", url.Values{"username": {victimName}, "password": {"victim-password-123"}}); err != nil {
+	if err := c.Post("/admin/users", url.Values{"username": {victimName}, "password": {"victim-password-123"}}); err != nil {
 		return "", fmt.Errorf("abuse: create victim: %w", err)
 	}
 
@@ -627,7 +626,7 @@ func streamFlood(addr string, c *client, n int) (string, bool) {
 			}
 			defer conn.Close()
 			_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-			fmt.Fprintf(conn, "GET /admin/events HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nCookie: %s\r\n\r\n", addr, c.cookieHeader())
+			fmt.Fprintf(conn, "GET /admin/events HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nCookie: %s\r\n\r\n", addr, c.CookieHeader())
 			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 			switch {
 			case err != nil:
@@ -663,7 +662,7 @@ func streamFlood(addr string, c *client, n int) (string, bool) {
 // largeDownload imports one large file and downloads it from several
 // clients at once, checking every byte count.
 func largeDownload(c *client, size int64, n int) (string, bool) {
-	id, err := c.createProject("abuse-download")
+	id, err := c.CreateProject("abuse-download")
 	if err != nil {
 		return err.Error(), false
 	}
@@ -676,7 +675,7 @@ func largeDownload(c *client, size int64, n int) (string, bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := c.hc.Get(fmt.Sprintf("%s/projects/%d/code/raw?path=big.bin", c.base, id))
+			resp, err := c.HC.Get(fmt.Sprintf("%s/projects/%d/code/raw?path=big.bin", c.Base, id))
 			if err != nil {
 				wrong.Add(1)
 				return
@@ -692,89 +691,16 @@ func largeDownload(c *client, size int64, n int) (string, bool) {
 	return fmt.Sprintf("%d of %d downloads complete", int64(n)-wrong.Load(), n), wrong.Load() == 0
 }
 
-// client is a signed-in browser of one account.
-type client struct {
-	base string
-	hc   *http.Client
-	csrf string
-}
-
-var csrfMeta = regexp.MustCompile(`<meta name="csrf-token" content="([^"]+)">`)
+// client is a signed-in browser of one account, with the suite's own
+// requests beside the shared ones.
+type client struct{ *liveserver.Client }
 
 func signIn(base, name, password string) (*client, error) {
-	jar, _ := cookiejar.New(nil)
-	c := &client{base: base, hc: &http.Client{Jar: jar, Timeout: 10 * time.Minute}}
-	u, _ := url.Parse(base)
-	anon := strings.Repeat("a", 40)
-	jar.SetCookies(u, []*http.Cookie{{Name: "atelier_csrf", Value: anon, Path: "/"}})
-	c.csrf = anon
-	if err := c.post("/login", url.Values{"username": {name}, "password": {password}}); err != nil {
-		return nil, fmt.Errorf("abuse: sign in: %w", err)
-	}
-	resp, err := c.hc.Get(base + "/projects")
+	c, err := liveserver.SignIn(base, name, password)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	page, _ := io.ReadAll(resp.Body)
-	m := csrfMeta.FindSubmatch(page)
-	if m == nil {
-		return nil, errors.New("abuse: no csrf token on /projects after sign-in")
-	}
-	c.csrf = string(m[1])
-	return c, nil
-}
-
-func (c *client) cookieHeader() string {
-	u, _ := url.Parse(c.base)
-	var parts []string
-	for _, ck := range c.hc.Jar.Cookies(u) {
-		parts = append(parts, ck.Name+"="+ck.Value)
-	}
-	return strings.Join(parts, "; ")
-}
-
-func (c *client) do(req *http.Request) (*http.Response, error) {
-	req.Header.Set("X-CSRF-Token", c.csrf)
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode >= 400 {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		resp.Body.Close()
-		return nil, fmt.Errorf("%s %s: %d %s", req.Method, req.URL.Path, resp.StatusCode, body)
-	}
-	return resp, nil
-}
-
-func (c *client) post(path string, form url.Values) error {
-	req, _ := http.NewRequest(http.MethodPost, c.base+path, strings.NewReader(form.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := c.do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.Body.Close()
-}
-
-func (c *client) createProject(name string) (int64, error) {
-	req, _ := http.NewRequest(http.MethodPost, c.base+"/projects", strings.NewReader(url.Values{"name": {name}}.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := c.do(req)
-	if err != nil {
-		return 0, fmt.Errorf("abuse: create project: %w", err)
-	}
-	defer resp.Body.Close()
-	var p struct {
-		ID int64 `json:"id"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil || p.ID == 0 {
-		return 0, fmt.Errorf("abuse: create project: no id in the answer (%v)", err)
-	}
-	return p.ID, nil
+	return &client{c}, nil
 }
 
 // importFile uploads a zip holding one file of size zero bytes; it
@@ -822,9 +748,9 @@ func (c *client) importArchive(id int64, files []archived) error {
 	if err := mw.Close(); err != nil {
 		return err
 	}
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, fmt.Sprintf("%s/projects/%d/import", c.base, id), &body)
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, fmt.Sprintf("%s/projects/%d/import", c.Base, id), &body)
 	req.Header.Set("Content-Type", mw.FormDataContentType())
-	resp, err := c.do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return fmt.Errorf("abuse: import: %w", err)
 	}
