@@ -402,7 +402,7 @@ func (s *server) measure(attack, size string, p99Bound time.Duration, fault, mem
 			}
 		}
 	}
-	p50, p99 := percentile(lat, 50), percentile(lat, 99)
+	p50, p99 := liveserver.Percentile(lat, 50), liveserver.Percentile(lat, 99)
 	r := row{attack: attack, size: size,
 		latency: fmt.Sprintf("%s / %s (%d polls)", ms(p50), ms(p99), len(lat)),
 		rss:     fmt.Sprintf("%d MiB (+%d)", peakRSS.Load()>>20, (peakRSS.Load()-baseRSS)>>20),
@@ -475,15 +475,6 @@ func honestClient(base string, stop <-chan struct{}) []poll {
 		polls = append(polls, p)
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[(len(s)-1)*p/100]
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -127,10 +126,10 @@ func (b *bench) terminal() ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	p50, p99 := percentile(lat, 50), percentile(lat, 99)
+	p50, p99 := liveserver.Percentile(lat, 50), liveserver.Percentile(lat, 99)
 	keyRow := row{measure: fmt.Sprintf("keystroke round trip (POST one byte → its echo on the SSE stream, %d keys), p50 / p99", len(keys)),
 		atelier: ms(p50) + " / " + ms(p99),
-		anchor:  "raw PTY " + ms(percentile(rawLat, 50)) + " / " + ms(percentile(rawLat, 99)) + "; " + ttydNote(),
+		anchor:  "raw PTY " + ms(liveserver.Percentile(rawLat, 50)) + " / " + ms(liveserver.Percentile(rawLat, 99)) + "; " + ttydNote(),
 		target:  "p50 ≤ 2 × ttyd's and ≤ 0.4 ms; p99 ≤ 2 × ttyd's",
 		result:  atMost(p50.Seconds(), 0.0004, "0.4 ms") + "; ttyd's share not judged"}
 
@@ -426,11 +425,11 @@ func (b *bench) commands() ([]row, error) {
 		return nil, err
 	}
 
-	smallP50, largeP50 := percentile(smallRuns, 50), percentile(largeRuns, 50)
+	smallP50, largeP50 := liveserver.Percentile(smallRuns, 50), liveserver.Percentile(largeRuns, 50)
 	checkout := max(largeFirst-largeP50, 0)
 	return []row{
 		{measure: fmt.Sprintf("one-shot `true`, %d-file project, p50 of %d", b.sz.smallFiles, len(smallRuns)),
-			atelier: ms(smallP50), anchor: "`bash -c true` " + ms(percentile(bashRuns, 50)),
+			atelier: ms(smallP50), anchor: "`bash -c true` " + ms(liveserver.Percentile(bashRuns, 50)),
 			target: "≤ 25 ms", result: atMost(smallP50.Seconds(), 0.025, "25 ms")},
 		{measure: fmt.Sprintf("one-shot `true`, %d-file project, p50 of %d", b.sz.largeFiles, len(largeRuns)),
 			atelier: ms(largeP50), anchor: fmt.Sprintf("%d-file project %s", b.sz.smallFiles, ms(smallP50)),
@@ -501,15 +500,6 @@ func gitAnchors(tmp string, tr *tree) (commit, checkout time.Duration, err error
 		return 0, 0, err
 	}
 	return commit, time.Since(start), nil
-}
-
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[(len(s)-1)*p/100]
 }
 
 func ms(d time.Duration) string {
