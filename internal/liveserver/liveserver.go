@@ -36,9 +36,6 @@ type Server struct {
 	Base string // http://Addr
 }
 
-// PID is the server process's id, for reading its /proc entries.
-func (s *Server) PID() int { return s.cmd.Process.Pid }
-
 // Start builds the server into a fresh temporary folder and runs it there
 // with env added to this process's environment (NAME=value entries), then
 // waits for /healthz. The build's output goes to logw; the server's own log
