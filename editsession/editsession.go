@@ -46,6 +46,7 @@ const (
 	ReasonMaxAge         = "max_age"
 	ReasonArchived       = "archived"
 	ReasonProjectDeleted = "project_deleted"
+	ReasonSubmitted      = "submitted"
 )
 
 var (
@@ -78,7 +79,7 @@ var goneWhy = map[string]string{
 	ReasonMaxAge:         "it reached its maximum age",
 	ReasonArchived:       "the project was archived",
 	ReasonProjectDeleted: "the project was deleted",
-	"submitted":          "it was submitted",
+	ReasonSubmitted:      "it was submitted",
 }
 
 // Config holds the limits of time, and how many sandbox users sessions
@@ -324,6 +325,18 @@ func (s *Sessions) overdue(cs *models.CodeSession, p *models.Project, now time.T
 // Discard ends the session and drops its edits.
 func (s *Sessions) Discard(ctx context.Context, sess *Session) error {
 	return s.end(ctx, sess.CodeSession, ReasonDiscarded, sess.UserID)
+}
+
+// FinishSubmitted ends a session whose submit moved it to ending (in the
+// transaction that recorded its Change) and records that it was submitted
+// as changeID.
+func (s *Sessions) FinishSubmitted(ctx context.Context, cs *models.CodeSession, actor, changeID int64) error {
+	if err := s.end(ctx, cs, ReasonSubmitted, actor); err != nil {
+		return err
+	}
+	s.record(ctx, events.SessionClosed, cs, actor, map[string]any{"session": cs.ID, "reason": ReasonSubmitted})
+	s.record(ctx, events.SessionSubmitted, cs, actor, map[string]any{"session": cs.ID, "changeId": changeID})
+	return nil
 }
 
 // end ends a session for reason: it marks the row ending (so the reason is

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"atelier/fault"
@@ -60,6 +61,9 @@ type Runtime struct {
 	log       *slog.Logger
 	checkouts *checkouts
 	running   chan struct{} // a slot per running command; nil: no bound
+	// checkMu serialises checks on this instance: they share one sandbox
+	// user, the last of the block, which sessions never draw.
+	checkMu sync.Mutex
 }
 
 // NewRuntime returns the runtime of sessions on this host.

@@ -114,6 +114,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	go app.EditSessions.Run(ctx)
 	go app.Runtime.Run(ctx)
 	go app.Shells.Run(ctx)
+	// A Change a previous run left verifying is verified again.
+	if n, err := app.Changes.Resume(ctx); err != nil {
+		log.Warn("changes left verifying not queued", "err", err)
+	} else if n > 0 {
+		log.Info("changes queued for verification again", "count", n)
+	}
+	go app.Changes.Run(ctx)
 	go func() {
 		if err := app.Projects.PublishPending(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("publishing pending canonical commits failed", "err", err)
