@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -317,4 +318,295 @@ func TestChangesAccess(t *testing.T) {
 	// Another project's change is not found through this one.
 	other := owner.createProject("other")
 	expectProblem(t, owner.get("/projects/"+itoa(other)+"/changes/"+itoa(cid), jsonAccept), http.StatusNotFound, "not_found")
+}
+
+func (c *client) setCheck(id int64, command string) {
+	c.h.t.Helper()
+	res := c.post("/projects/"+itoa(id)+"/settings", url.Values{"checkCommand": {command}}, jsonAccept)
+	if res.StatusCode != http.StatusOK {
+		c.h.t.Fatalf("set check %q: %d %s", command, res.StatusCode, readBody(res))
+	}
+}
+
+// A failing check leaves canonical alone and the change failed with its
+// evidence; a passing one is released, and the Code page then shows the new
+// tree, read from the object store.
+func TestCheckDecidesRelease(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	runPipeline(t, h)
+	owner, id := editable(t, h)
+	owner.setCheck(id, `grep -q good README.md || { echo "README is not good" >&2; exit 3; }`)
+	before := canonicalOf(t, h, id)
+
+	_, base := owner.session(id)
+	owner.put(base, "README.md", []byte("# bad\n"), nil)
+	res := owner.submit(base, "bad readme")
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("submit: %d %s", res.StatusCode, readBody(res))
+	}
+	bad := decode[changeJSON](t, res).ChangeID
+	ch := owner.waitChange(id, bad, models.ChangeFailed)
+	if len(ch.Evidence) != 1 || ch.Evidence[0].Passed || *ch.Evidence[0].ExitCode != 3 ||
+		!strings.Contains(*ch.Evidence[0].OutputTail, "README is not good") || ch.Evidence[0].CommitSHA != ch.Commit {
+		t.Fatalf("evidence of the failed check: %+v", ch.Evidence)
+	}
+	expectProblem(t, owner.act(id, bad, "release"), http.StatusConflict, "not_verified")
+	if canonicalOf(t, h, id) != before {
+		t.Fatal("a failed change moved canonical")
+	}
+
+	_, base = owner.session(id)
+	owner.put(base, "README.md", []byte("# good\n"), nil)
+	good := decode[changeJSON](t, owner.submit(base, "good readme")).ChangeID
+	ch = owner.waitChange(id, good, models.ChangeVerified)
+	if len(ch.Evidence) != 1 || !ch.Evidence[0].Passed || *ch.Evidence[0].ExitCode != 0 {
+		t.Fatalf("evidence of the passing check: %+v", ch.Evidence)
+	}
+	res = owner.act(id, good, "release")
+	if res.StatusCode != http.StatusOK || decode[changeJSON](t, res).Status != models.ChangeReleased {
+		t.Fatalf("release: %d", res.StatusCode)
+	}
+	if canonicalOf(t, h, id) != ch.Commit {
+		t.Fatal("canonical is not the released commit")
+	}
+	if _, err := h.store.PublishedRoot(context.Background(), ch.Commit); err != nil {
+		t.Fatalf("the released tree is not in the object store: %v", err)
+	}
+	// Git no longer knows canonical: what the page shows comes from the store.
+	dir := canonicalDir(t, h, id)
+	if err := os.Rename(filepath.Join(dir, "objects"), filepath.Join(dir, "objects.away")); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Rename(filepath.Join(dir, "objects.away"), filepath.Join(dir, "objects"))
+	doc := owner.page("/projects/" + itoa(id) + "/code?path=README.md")
+	if got := doc.Find(".highlight").Text(); !strings.Contains(got, "# good") {
+		t.Fatalf("the Code page shows %q", got)
+	}
+	evs, _ := h.store.EventsOf(context.Background(), id, "change.released")
+	if len(evs) != 1 {
+		t.Fatalf("%d change.released events", len(evs))
+	}
+	if evs, _ := h.store.EventsOf(context.Background(), id, "change.failed"); len(evs) != 1 {
+		t.Fatalf("%d change.failed events", len(evs))
+	}
+}
+
+// A server stopped while a check runs leaves the change verifying; the next
+// start verifies it again, and it ends verified or failed.
+func TestVerificationSurvivesRestart(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	owner.setCheck(id, "sleep 3; exit 0")
+
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h.app.Changes.Run(ctx); close(done) }()
+	_, base := owner.session(id)
+	owner.put(base, "README.md", []byte("# restart\n"), nil)
+	cid := decode[changeJSON](t, owner.submit(base, "")).ChangeID
+	owner.waitChange(id, cid, models.ChangeVerifying)
+	time.Sleep(500 * time.Millisecond) // the check is running now
+	stop()                             // the server goes away mid-check
+	<-done
+	if ch := owner.change(id, cid); ch.Status != models.ChangeVerifying || len(ch.Evidence) != 0 {
+		t.Fatalf("after the stop: %s with %d evidence", ch.Status, len(ch.Evidence))
+	}
+
+	// The next start: what was queued in memory is gone; the start finds
+	// the change in the database.
+	next := h.app.Changes
+	n, err := next.Resume(context.Background())
+	if err != nil || n != 1 {
+		t.Fatalf("resume queued %d: %v", n, err)
+	}
+	ctx, stop = context.WithCancel(context.Background())
+	done = make(chan struct{})
+	go func() { next.Run(ctx); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+	ch := owner.waitChange(id, cid, models.ChangeVerified, models.ChangeFailed)
+	if ch.Status != models.ChangeVerified || len(ch.Evidence) != 1 {
+		t.Fatalf("after the restart: %s with %d evidence", ch.Status, len(ch.Evidence))
+	}
+}
+
+// Two releases racing on one project: canonical only ever points at a
+// commit with evidence, and neither released change is lost.
+func TestRacingReleases(t *testing.T) {
+	h := newHarness(t)
+	runPipeline(t, h)
+	owner, id := editable(t, h)
+	a := owner.editFile(id, "README.md", "# A\n")
+	b := owner.editFile(id, "src/old.txt", "B\n")
+	for _, cid := range []int64{a, b} {
+		owner.waitChange(id, cid, models.ChangeComposed)
+		if res := owner.act(id, cid, "approve"); res.StatusCode != http.StatusOK {
+			t.Fatalf("approve: %d", res.StatusCode)
+		}
+	}
+	var wg sync.WaitGroup
+	codes := map[int64]int{}
+	var mu sync.Mutex
+	for _, cid := range []int64{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := owner.act(id, cid, "release")
+			mu.Lock()
+			codes[cid] = res.StatusCode
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	first, second := a, b
+	if codes[a] != http.StatusOK {
+		first, second = b, a
+	}
+	if codes[first] != http.StatusOK || codes[second] != http.StatusAccepted {
+		t.Fatalf("release answers %v, want one 200 and one 202", codes)
+	}
+	chFirst := owner.change(id, first)
+	if chFirst.Status != models.ChangeReleased || canonicalOf(t, h, id) != chFirst.Commit {
+		t.Fatalf("first: %+v, canonical %s", chFirst, canonicalOf(t, h, id))
+	}
+	// The second was composed again on the first and needs new evidence.
+	chSecond := owner.waitChange(id, second, models.ChangeComposed)
+	if chSecond.Base != chFirst.Commit || len(chSecond.Evidence) != 1 || chSecond.Evidence[0].CommitSHA == chSecond.Commit {
+		t.Fatalf("second after the race: %+v", chSecond)
+	}
+	expectProblem(t, owner.act(id, second, "release"), http.StatusConflict, "not_verified")
+	owner.approveAndRelease(id, second)
+	final := canonicalOf(t, h, id)
+	dir := canonicalDir(t, h, id)
+	if got := gitIn(t, dir, "show", "main:README.md") + gitIn(t, dir, "show", "main:src/old.txt"); got != "# A\nB\n" {
+		t.Fatalf("canonical lost a released change: %q", got)
+	}
+	// Every commit canonical went through since the import has evidence.
+	for _, commit := range strings.Fields(gitIn(t, dir, "rev-list", "--first-parent", final, "^"+chFirst.Base)) {
+		found := false
+		for _, cid := range []int64{a, b} {
+			for _, e := range owner.change(id, cid).Evidence {
+				found = found || (e.CommitSHA == commit && e.Passed)
+			}
+		}
+		if !found {
+			t.Fatalf("canonical went through %s without evidence", commit)
+		}
+	}
+	// The database refuses a verified change without evidence, whoever
+	// writes the row.
+	err := h.store.Exec(context.Background(), "UPDATE changes SET commit_sha = repeat('a', 40) WHERE id = $1", second)
+	if !strings.Contains(errString(err), "changes_status_transition") && !strings.Contains(errString(err), "changes_verified_needs_evidence") {
+		t.Fatalf("rewriting a released change's commit: %v", err)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// Exact bytes: CRLF, no final newline and non-UTF-8 text arrive in
+// canonical byte for byte.
+func TestSubmitKeepsExactBytes(t *testing.T) {
+	h := newHarness(t)
+	runPipeline(t, h)
+	owner, id := editable(t, h)
+	_, base := owner.session(id)
+	files := map[string]string{
+		"crlf.txt":       "one\r\ntwo\r\n",
+		"no-newline.txt": "no final newline",
+		"latin1.txt":     "caf\xe9 cr\xe8me\n",
+		"README.md":      "",
+	}
+	for p, content := range files {
+		if res := owner.put(base, p, []byte(content), nil); res.StatusCode != http.StatusNoContent {
+			t.Fatalf("save %s: %d", p, res.StatusCode)
+		}
+	}
+	cid := decode[changeJSON](t, owner.submit(base, "bytes")).ChangeID
+	owner.approveAndRelease(id, cid)
+	dir := canonicalDir(t, h, id)
+	for p, content := range files {
+		if got := gitIn(t, dir, "cat-file", "blob", "main:"+p); got != content {
+			t.Errorf("%s in canonical: %q, want %q", p, got, content)
+		}
+	}
+}
+
+// A Local folder that is a git repository: a clean one has its branch and
+// files moved by the release; a dirty one makes the change wait with
+// dirty_worktree, and nothing moves.
+func TestReleaseIntoLocalFolder(t *testing.T) {
+	h := newHarness(t)
+	runPipeline(t, h)
+	root := h.user("root", true)
+	folder := filepath.Join(t.TempDir(), "local")
+	os.MkdirAll(folder, 0o755)
+	os.WriteFile(filepath.Join(folder, "README.md"), []byte("# Local\n"), 0o644)
+	os.WriteFile(filepath.Join(folder, "keep.txt"), []byte("keep\n"), 0o644)
+	gitIn(t, folder, "init", "-q", "-b", "trunk")
+	gitIn(t, folder, "add", ".")
+	gitIn(t, folder, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "start")
+	res := root.post("/projects", url.Values{"name": {"local"}, "mode": {"local"}, "path": {folder}}, jsonAccept)
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("create: %d %s", res.StatusCode, readBody(res))
+	}
+	id := decode[models.Project](t, res).ID
+	start := strings.TrimSpace(gitIn(t, folder, "rev-parse", "HEAD"))
+
+	submitOne := func(path, content string) int64 {
+		_, base := root.session(id)
+		root.put(base, path, []byte(content), nil)
+		res := root.submit(base, "edit "+path)
+		if res.StatusCode != http.StatusCreated {
+			t.Fatalf("submit: %d %s", res.StatusCode, readBody(res))
+		}
+		cid := decode[changeJSON](t, res).ChangeID
+		root.waitChange(id, cid, models.ChangeComposed)
+		if res := root.act(id, cid, "approve"); res.StatusCode != http.StatusOK {
+			t.Fatalf("approve: %d %s", res.StatusCode, readBody(res))
+		}
+		return cid
+	}
+
+	// Dirty: an uncommitted edit in the folder.
+	cid := submitOne("README.md", "# From Atelier\n")
+	os.WriteFile(filepath.Join(folder, "keep.txt"), []byte("keep, edited by hand\n"), 0o644)
+	res = root.act(id, cid, "release")
+	if res.StatusCode != http.StatusAccepted {
+		t.Fatalf("release into a dirty folder: %d %s", res.StatusCode, readBody(res))
+	}
+	if ch := root.change(id, cid); ch.Status != models.ChangeVerified || ch.WaitReason == nil || *ch.WaitReason != "dirty_worktree" {
+		t.Fatalf("dirty: %+v", ch)
+	}
+	if head := strings.TrimSpace(gitIn(t, folder, "rev-parse", "HEAD")); head != start {
+		t.Fatal("the branch of a dirty folder moved")
+	}
+	if b, _ := os.ReadFile(filepath.Join(folder, "README.md")); string(b) != "# Local\n" {
+		t.Fatalf("a dirty folder's file changed: %q", b)
+	}
+	if doc := root.page("/projects/" + itoa(id) + "/changes/" + itoa(cid)); doc.Find(".dirty-worktree").Length() != 1 {
+		t.Fatal("the change page does not say what to do")
+	}
+
+	// Clean again: the release moves the branch and the work tree.
+	gitIn(t, folder, "checkout", "-q", "--", "keep.txt")
+	res = root.act(id, cid, "release")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("release into a clean folder: %d %s", res.StatusCode, readBody(res))
+	}
+	ch := root.change(id, cid)
+	if head := strings.TrimSpace(gitIn(t, folder, "rev-parse", "trunk")); head != ch.Commit || ch.Status != models.ChangeReleased {
+		t.Fatalf("trunk is %s, change %+v", head, ch)
+	}
+	if b, _ := os.ReadFile(filepath.Join(folder, "README.md")); string(b) != "# From Atelier\n" {
+		t.Fatalf("the folder's file: %q", b)
+	}
+	if st := gitIn(t, folder, "status", "--porcelain"); st != "" {
+		t.Fatalf("the folder is not clean after the release: %q", st)
+	}
 }
