@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -83,16 +82,9 @@ func New(db *models.Store, git *gitsvc.Service, code *codestore.Store, ws *works
 		wake: make(chan struct{}, 1)}
 }
 
-// workspaceFork is the git service's repository where a person's Changes
-// on a project are written: ws-<project>-<user>, derived from ids alone.
+// workspaceFork is the person's workspace fork on the project, ws-<k>.
 func workspaceFork(projectID, userID int64) string {
-	return "ws-" + strconv.FormatInt(projectID, 10) + "-" + strconv.FormatInt(userID, 10)
-}
-
-// WorkspaceForkPrefix names every workspace fork of a project, for its
-// deletion.
-func WorkspaceForkPrefix(projectID int64) string {
-	return "ws-" + strconv.FormatInt(projectID, 10) + "-"
+	return projects.WorkspaceForkName(projectID, userID)
 }
 
 // canonical is where a project's canonical lives: its bare repository, or

@@ -610,3 +610,35 @@ func TestReleaseIntoLocalFolder(t *testing.T) {
 		t.Fatalf("the folder is not clean after the release: %q", st)
 	}
 }
+
+// editFromPage does what a person does on the Code page: opens "Edit this
+// file", changes the text and saves it as a Change.
+func (c *client) editFromPage(id int64, path, content string) int64 {
+	c.h.t.Helper()
+	doc := c.page("/projects/" + itoa(id) + "/code/edit?path=" + url.QueryEscape(path))
+	base, _ := doc.Find(`input[name="base"]`).Attr("value")
+	eol, _ := doc.Find(`input[name="eol"]`).Attr("value")
+	res := c.post("/projects/"+itoa(id)+"/code/edit", url.Values{"path": {path}, "content": {content},
+		"base": {base}, "eol": {eol}, "message": {"edit " + path}}, jsonAccept)
+	if res.StatusCode != http.StatusCreated {
+		c.h.t.Fatalf("edit %s: %d %s", path, res.StatusCode, readBody(res))
+	}
+	return decode[changeJSON](c.h.t, res).ChangeID
+}
+
+// Deleting a project removes its workspace forks with its changes.
+func TestDeleteProjectRemovesWorkspaceForks(t *testing.T) {
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	owner.editFile(id, "README.md", "# gone soon\n")
+	fork := forkDir(t, h, id, "owner")
+	if _, err := os.Stat(fork); err != nil {
+		t.Fatalf("no workspace fork after a change: %v", err)
+	}
+	if res := owner.del("/projects/"+itoa(id), jsonAccept); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete: %d", res.StatusCode)
+	}
+	if _, err := os.Stat(fork); !os.IsNotExist(err) {
+		t.Fatalf("the workspace fork outlived its project: %v", err)
+	}
+}
