@@ -6,5 +6,5 @@ import "embed"
 
 // FS holds app.css, app.js and vendor/.
 //
-//go:embed app.css app.js session.js terminal.js vendor
+//go:embed app.css app.js session.js terminal.js change.js vendor
 var FS embed.FS
