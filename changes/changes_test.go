@@ -116,7 +116,7 @@ func (e *env) gitOut(tb testing.TB, args ...string) string {
 func edits(n, round int) []Edit {
 	es := make([]Edit, n)
 	for i := range es {
-		p := fmt.Sprintf("d%03d/s%03d/f%03d.txt", i%50, (i*7)%100, i%20)
+		p := fmt.Sprintf("d%03d/s%03d/f%03d.txt", i%50, 10*(i/50)+i%7, i%20) // all distinct
 		es[i] = Edit{Path: p, Content: []byte(fmt.Sprintf("round %d of %s\r\n", round, p))}
 	}
 	return es

@@ -182,6 +182,9 @@ func (s *Service) Approve(ctx context.Context, acc *projects.Access, id int64) (
 	if !acc.Can(auth.CodeEdit) {
 		return nil, auth.ErrForbidden
 	}
+	if acc.Project.Archived() {
+		return nil, projects.ErrArchived
+	}
 	ch, err := s.changeOf(ctx, acc, id)
 	if err != nil {
 		return nil, err
@@ -240,8 +243,30 @@ func (s *Service) Withdraw(ctx context.Context, acc *projects.Access, id int64) 
 // folder moves only when its work tree is clean and its branch is still at
 // the base; otherwise the change waits with reason dirty_worktree.
 func (s *Service) Release(ctx context.Context, acc *projects.Access, id int64) (*models.Change, error) {
+	ch, err := s.release(ctx, acc, id)
+	if err != nil || ch.Status != models.ChangeReleased || acc.Project.WorkspaceMode == models.ModeLocal {
+		return ch, err
+	}
+	// After the reservation is let go: readers of canonical need not wait
+	// for the upload.
+	repo, err := s.git.OpenBare(projects.CanonicalName(ch.ProjectID))
+	if err == nil {
+		_, err = s.code.Publish(ctx, repo, ch.CommitSHA)
+	}
+	if err != nil {
+		// Reads fall back to git until a later publish succeeds.
+		s.log.Warn("released commit not published", "project", ch.ProjectID, "commit", ch.CommitSHA, "err", err)
+	}
+	return ch, nil
+}
+
+// release is Release under canonical's write reservation.
+func (s *Service) release(ctx context.Context, acc *projects.Access, id int64) (*models.Change, error) {
 	if !acc.Can(auth.CodeEdit) {
 		return nil, auth.ErrForbidden
+	}
+	if acc.Project.Archived() {
+		return nil, projects.ErrArchived
 	}
 	if _, err := s.changeOf(ctx, acc, id); err != nil {
 		return nil, err
@@ -339,14 +364,8 @@ func (s *Service) markReleased(ctx context.Context, acc *projects.Access, ch *mo
 	return s.afterRelease(ctx, acc, ch, c)
 }
 
-// afterRelease publishes the new base tree and tells the event log.
-func (s *Service) afterRelease(ctx context.Context, acc *projects.Access, ch *models.Change, c *canonical) (*models.Change, error) {
-	if !c.local {
-		if _, err := s.code.Publish(ctx, c.repo, ch.CommitSHA); err != nil {
-			// Reads fall back to git until a later publish succeeds.
-			s.log.Warn("released commit not published", "project", ch.ProjectID, "commit", ch.CommitSHA, "err", err)
-		}
-	}
+// afterRelease tells the event log; Release publishes the tree.
+func (s *Service) afterRelease(ctx context.Context, acc *projects.Access, ch *models.Change, _ *canonical) (*models.Change, error) {
 	s.record(ctx, events.ChangeReleased, ch, acc.User.ID, map[string]any{"commit": ch.CommitSHA})
 	return ch, nil
 }

@@ -164,3 +164,61 @@ func commandsJSON(cmds []models.SessionCommand) (json.RawMessage, error) {
 	}
 	return json.Marshal(ordered)
 }
+
+// Rebase moves the caller's session onto the current canonical: the
+// session ends (discarded) and a new one opens on canonical's head with
+// every edit of a path canonical did not change since the old base; the
+// paths canonical did change are returned, their edits left behind.
+func (s *Service) Rebase(ctx context.Context, acc *projects.Access, sessionID string) (*editsession.Session, []string, error) {
+	sess, err := s.edits.Get(ctx, acc, sessionID, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	files, err := s.db.SessionFiles(ctx, sessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := s.openCanonical(ctx, acc.Project)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.closer()
+	head, _, err := s.head(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = f.Path
+	}
+	var clash []string
+	if head != sess.BaseCommit {
+		changed, err := s.git.ChangedPaths(ctx, c.repo, sess.BaseCommit, head)
+		if err != nil {
+			return nil, nil, err
+		}
+		clash = overlapping(paths, changed)
+	}
+	if err := s.edits.Discard(ctx, sess); err != nil {
+		return nil, nil, err
+	}
+	next, _, err := s.edits.Open(ctx, acc)
+	if err != nil {
+		return nil, nil, err
+	}
+	dropped := map[string]bool{}
+	for _, p := range clash {
+		dropped[p] = true
+	}
+	for i := range files {
+		f := files[i]
+		if dropped[f.Path] {
+			continue
+		}
+		f.SessionID, f.UpdatedAt = next.ID, s.now()
+		if err := s.db.PutSessionFile(ctx, &f); err != nil {
+			return nil, nil, err
+		}
+	}
+	return next, clash, nil
+}

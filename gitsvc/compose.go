@@ -241,11 +241,14 @@ func (s *Service) CopyCommit(ctx context.Context, from, into *Repo, commit, have
 	if err := checkOIDs(oids); err != nil {
 		return err
 	}
-	c := newCommand("rev-list", "--objects", "--no-walk", "--end-of-options").val(commit)
-	if have != "" {
-		c = newCommand("rev-list", "--objects", "--end-of-options").val(commit).val("^" + have)
+	var list []byte
+	var err error
+	if have == "" {
+		c := newCommand("rev-list", "--objects", "--no-walk", "--end-of-options").val(commit)
+		list, err = s.run(ctx, c, runOpts{repo: from})
+	} else {
+		list, err = s.newObjects(ctx, from, have, commit)
 	}
-	list, err := s.run(ctx, c, runOpts{repo: from})
 	if err != nil {
 		return fmt.Errorf("gitsvc: copy %s: list: %w", commit, err)
 	}
@@ -262,6 +265,33 @@ func (s *Service) CopyCommit(ctx context.Context, from, into *Repo, commit, have
 		return fmt.Errorf("gitsvc: copy %s: %w", commit, err)
 	}
 	return nil
+}
+
+// newObjects lists what commit adds to its parent have: itself, its root
+// tree, and the trees and blobs diff-tree finds changed. diff-tree descends
+// only into folders that differ, so the cost follows the change, where
+// `rev-list commit ^have` would walk have's whole tree to exclude it.
+func (s *Service) newObjects(ctx context.Context, r *Repo, have, commit string) ([]byte, error) {
+	root, err := s.resolve(ctx, r, commit+"^{tree}")
+	if err != nil {
+		return nil, err
+	}
+	c := newCommand("diff-tree", "-r", "-t", "-z", "--no-renames", "--end-of-options").val(have).val(commit)
+	out, err := s.run(ctx, c, runOpts{repo: r})
+	if err != nil {
+		return nil, err
+	}
+	var list bytes.Buffer
+	list.WriteString(commit + "\n" + root + "\n")
+	fields := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	for i := 0; i+1 < len(fields); i += 2 {
+		meta := strings.Fields(strings.TrimPrefix(fields[i], ":"))
+		if len(meta) != 5 || meta[4] == "D" || meta[1] == "160000" {
+			continue // gone, or a submodule's commit, which lives elsewhere
+		}
+		list.WriteString(meta[3] + "\n")
+	}
+	return list.Bytes(), nil
 }
 
 // MoveBranch moves refs/heads/<branch> of r from old to new, and only from

@@ -47,6 +47,30 @@ func (h *Changes) Submit(c *gin.Context) error {
 	return h.answerChange(c, ch, created)
 }
 
+// Rebase moves the caller's session onto the current canonical, carrying
+// the edits canonical did not touch, and opens the new session's page.
+func (h *Changes) Rebase(c *gin.Context) error {
+	acc, err := access(c, h.Projects, auth.CodeEdit)
+	if err != nil {
+		return err
+	}
+	next, dropped, err := h.Changes.Rebase(c.Request.Context(), acc, c.Param("sid"))
+	if err != nil {
+		return err
+	}
+	location := views.URL("/projects", next.ProjectID, "sessions", next.ID).String()
+	if !views.WantsJSON(c.Request) {
+		views.Redirect(c, location)
+		return nil
+	}
+	if dropped == nil {
+		dropped = []string{}
+	}
+	c.Header("Location", location)
+	c.JSON(http.StatusCreated, gin.H{"id": next.ID, "baseCommit": next.BaseCommit, "dropped": dropped})
+	return nil
+}
+
 // answerChange answers a new or found Change: JSON for clients, its page
 // for browsers.
 func (h *Changes) answerChange(c *gin.Context, ch *models.Change, created bool) error {

@@ -213,6 +213,31 @@ func TestSubmitComposesOnCanonical(t *testing.T) {
 	if n := changeCount(t, h, id); n != 3 {
 		t.Fatalf("%d changes, want 3 (none for the refused submit)", n)
 	}
+
+	// Rebase: a new session on the current canonical with the edits
+	// canonical did not touch; the clashing one stays behind.
+	res = owner.post(base2+"/rebase", nil, jsonAccept)
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("rebase: %d %s", res.StatusCode, readBody(res))
+	}
+	rebased := decode[struct {
+		ID         string   `json:"id"`
+		BaseCommit string   `json:"baseCommit"`
+		Dropped    []string `json:"dropped"`
+	}](t, res)
+	if rebased.BaseCommit != canonicalOf(t, h, id) || len(rebased.Dropped) != 1 || rebased.Dropped[0] != "src/main.go" {
+		t.Fatalf("rebased %+v", rebased)
+	}
+	base3 := "/projects/" + itoa(id) + "/sessions/" + rebased.ID
+	if got, _, _ := owner.read(base3, "notes.txt"); got != "notes\n" {
+		t.Fatalf("the carried edit reads %q", got)
+	}
+	if got, _, _ := owner.read(base3, "src/main.go"); got != "package main // eve's\n" {
+		t.Fatalf("the dropped path reads %q, want canonical's", got)
+	}
+	if res := owner.submit(base3, "notes"); res.StatusCode != http.StatusCreated {
+		t.Fatalf("submit after the rebase: %d %s", res.StatusCode, readBody(res))
+	}
 }
 
 func userID(t *testing.T, h *harness, name string) int64 {

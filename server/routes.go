@@ -75,6 +75,7 @@ func (a *App) routes() http.Handler {
 	session.POST("/terminals/:tid/resize", h(a.edit.Resize))
 	session.DELETE("/terminals/:tid", h(a.edit.CloseTerminal))
 	session.POST("/submit", h(a.changes.Submit))
+	session.POST("/rebase", h(a.changes.Rebase))
 	in.GET("/projects/:id/changes", h(a.changes.List))
 	in.GET("/projects/:id/changes/:cid", h(a.changes.Show))
 	in.GET("/projects/:id/changes/:cid/status", h(a.changes.Status))
