@@ -28,120 +28,97 @@ type Signature struct {
 	Name, Email string
 }
 
-// zeroOID removes a path from an index.
-const zeroOID = "0000000000000000000000000000000000000000"
-
 // ComposeCommit writes, under r's write lock and without a work tree, one
 // commit whose tree is parent's tree with edits applied and whose only
-// parent is parent, authored by author with message; ref (a full ref name
-// under refs/changes/) is set to it so it stays reachable. Blobs stream
-// into fast-import, the tree is made from a temporary index read from
-// parent's tree, so the cost follows the edits, not the repository.
+// parent is parent, authored by author with message, and points ref (a
+// full ref name under refs/changes/) at it so it stays reachable. One
+// git fast-import does it all: it reads only the folders of parent's tree
+// that the edits touch, so the cost follows the edits, not the repository.
 func (s *Service) ComposeCommit(ctx context.Context, r *Repo, parent string, edits []TreeEdit, author Signature, message, ref string) (string, error) {
 	if err := checkOIDs([]string{parent}); err != nil {
 		return "", err
 	}
-	if !strings.HasPrefix(ref, "refs/changes/") || checkValue(ref) != nil {
+	if !strings.HasPrefix(ref, "refs/changes/") || checkValue(ref) != nil || strings.ContainsAny(ref, " \n~^:?*[\\") {
 		return "", fault.Detailf(ErrBadArgument, ": ref %q", ref)
 	}
 	if strings.ContainsAny(author.Name+author.Email, "<>\n\x00") {
 		return "", fault.Detailf(ErrBadArgument, ": author %q", author.Name)
+	}
+	// The same path rules as a built tree: clean, relative, no .git, once.
+	check := &TreeBuilder{kinds: map[string]bool{}}
+	for _, e := range edits {
+		if err := check.add(e.Path, modeFile); err != nil {
+			return "", err
+		}
+		if e.OID != "" && (!isOID(e.OID) || (e.Mode != "100644" && e.Mode != "100755" && e.Mode != "120000")) {
+			return "", fault.Detailf(ErrBadArgument, ": entry %q", e.Path)
+		}
 	}
 	release, err := s.rlock(ctx, r, true)
 	if err != nil {
 		return "", err
 	}
 	defer release()
+	modes, err := s.modesAt(ctx, r, parent, edits)
+	if err != nil {
+		return "", err
+	}
 	tmp, err := os.MkdirTemp(s.tmp, "compose-")
 	if err != nil {
 		return "", fmt.Errorf("gitsvc: compose: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-
-	modes, err := s.modesAt(ctx, r, parent, edits)
-	if err != nil {
-		return "", err
-	}
-	// Contents first, as blobs with marks, in the order of edits.
-	b := &TreeBuilder{kinds: map[string]bool{}}
-	var written []int // index in edits of each mark
 	marks := filepath.Join(tmp, "marks")
-	err = s.importBlobs(ctx, r, marks, b, func(b *TreeBuilder) error {
-		for i, e := range edits {
-			if e.Deleted || e.OID != "" {
-				continue
-			}
-			if err := b.File(e.Path, modes[e.Path] == "100755", int64(len(e.Content)), bytes.NewReader(e.Content)); err != nil {
-				return err
-			}
-			written = append(written, i)
-		}
-		return nil
-	})
-	if err != nil {
-		return "", err
-	}
-	oids, err := readMarks(marks, len(written))
-	if err != nil {
-		return "", err
-	}
-	blob := map[int]string{}
-	for m, i := range written {
-		blob[i] = oids[m]
-	}
 
-	var info strings.Builder
-	for i, e := range edits {
-		if err := checkPath(e.Path); err != nil || e.Path == "" {
-			return "", fault.Detailf(ErrBadArgument, ": path %q", e.Path)
-		}
+	var in bytes.Buffer
+	fmt.Fprintf(&in, "commit %s\nmark :1\nauthor %s <%s> now\ncommitter Atelier <atelier@localhost> now\ndata %d\n%s\nfrom %s\n",
+		ref, author.Name, author.Email, len(message), message, parent)
+	for _, e := range edits {
 		switch {
 		case e.Deleted:
-			fmt.Fprintf(&info, "0 %s\t%s\x00", zeroOID, e.Path)
+			fmt.Fprintf(&in, "D %s\n", quotePath(e.Path))
 		case e.OID != "":
-			if !isOID(e.OID) || (e.Mode != "100644" && e.Mode != "100755" && e.Mode != "120000") {
-				return "", fault.Detailf(ErrBadArgument, ": entry %q", e.Path)
-			}
-			fmt.Fprintf(&info, "%s %s\t%s\x00", e.Mode, e.OID, e.Path)
+			fmt.Fprintf(&in, "M %s %s %s\n", e.Mode, e.OID, quotePath(e.Path))
 		default:
 			mode := "100644"
 			if modes[e.Path] == "100755" {
 				mode = "100755"
 			}
-			fmt.Fprintf(&info, "%s %s\t%s\x00", mode, blob[i], e.Path)
+			fmt.Fprintf(&in, "M %s inline %s\ndata %d\n", mode, quotePath(e.Path), len(e.Content))
+			in.Write(e.Content)
+			in.WriteString("\n")
 		}
 	}
-	o := runOpts{repo: r, env: []string{"GIT_INDEX_FILE=" + filepath.Join(tmp, "index")}}
-	if _, err := s.run(ctx, newCommand("read-tree", "--end-of-options").val(parent), o); err != nil {
+	in.WriteString("done\n")
+	c := newCommand("fast-import", "--quiet", "--done", "--date-format=now").lit(lit("--export-marks=" + marks))
+	if _, err := s.run(ctx, c, runOpts{repo: r, stdin: &in}); err != nil {
 		return "", err
 	}
-	o.stdin = strings.NewReader(info.String())
-	if _, err := s.run(ctx, newCommand("update-index", "-z", "--index-info"), o); err != nil {
-		return "", err
-	}
-	o.stdin = nil
-	out, err := s.run(ctx, newCommand("write-tree"), o)
+	oids, err := readMarks(marks, 1)
 	if err != nil {
 		return "", err
 	}
-	tree := strings.TrimSpace(string(out))
-	if !isOID(tree) {
-		return "", fmt.Errorf("gitsvc: write-tree: unexpected output %q", out)
+	return oids[0], nil
+}
+
+// quotePath is path as fast-import reads it: always C-quoted, so no path
+// is taken for a mark, a quote or the end of the line.
+func quotePath(p string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c == 0x7f:
+			fmt.Fprintf(&b, "\\%03o", c)
+		default:
+			b.WriteByte(c)
+		}
 	}
-	c := newCommand("commit-tree", "-p").val(parent).lit("--end-of-options").val(tree)
-	env := []string{"GIT_AUTHOR_NAME=" + author.Name, "GIT_AUTHOR_EMAIL=" + author.Email}
-	out, err = s.run(ctx, c, runOpts{repo: r, env: env, stdin: strings.NewReader(message)})
-	if err != nil {
-		return "", err
-	}
-	commit := strings.TrimSpace(string(out))
-	if !isOID(commit) {
-		return "", fmt.Errorf("gitsvc: commit-tree: unexpected output %q", out)
-	}
-	if _, err := s.run(ctx, newCommand("update-ref", "--end-of-options").val(ref).val(commit), runOpts{repo: r}); err != nil {
-		return "", err
-	}
-	return commit, nil
+	b.WriteByte('"')
+	return b.String()
 }
 
 // modesAt returns the modes parent's tree gives the edited paths that it
