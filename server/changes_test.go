@@ -302,6 +302,16 @@ func TestConcurrentSubmitsMakeOneChange(t *testing.T) {
 	if refs := strings.Fields(gitIn(t, ws, "for-each-ref", "--format=%(objectname)", "refs/changes/")); len(refs) != 1 {
 		t.Fatalf("change commits %v, want one", refs)
 	}
+	// Not even an unreferenced one: only one submit composed.
+	authored := 0
+	for _, line := range strings.Split(gitIn(t, ws, "cat-file", "--batch-all-objects", "--batch-check=%(objecttype) %(objectname)"), "\n") {
+		if oid, ok := strings.CutPrefix(line, "commit "); ok && gitIn(t, ws, "log", "-1", "--format=%an", oid) == "owner\n" {
+			authored++
+		}
+	}
+	if authored != 1 {
+		t.Fatalf("%d commits by the person in the fork, want 1", authored)
+	}
 }
 
 // Members see changes read-only; outsiders get 404; only owners and
