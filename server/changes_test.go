@@ -266,6 +266,17 @@ func TestConcurrentSubmitsMakeOneChange(t *testing.T) {
 	_, base := owner.session(id)
 	owner.put(base, "README.md", []byte("# Once\n"), nil)
 
+	// Ten connections open beforehand, and the ten requests let go at
+	// once, so they really meet on the server.
+	racer := *owner
+	racer.http = &http.Client{Jar: owner.http.Jar, Transport: &http.Transport{MaxIdleConnsPerHost: 10}}
+	var warm sync.WaitGroup
+	for range 10 {
+		warm.Add(1)
+		go func() { defer warm.Done(); readBody(racer.get("/healthz", nil)) }()
+	}
+	warm.Wait()
+	start := make(chan struct{})
 	var wg sync.WaitGroup
 	ids := make([]int64, 10)
 	statuses := make([]int, 10)
@@ -273,13 +284,15 @@ func TestConcurrentSubmitsMakeOneChange(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res := owner.submit(base, "once")
+			<-start
+			res := racer.submit(base, "once")
 			statuses[i] = res.StatusCode
 			if res.StatusCode == http.StatusCreated || res.StatusCode == http.StatusOK {
 				ids[i] = decode[changeJSON](t, res).ChangeID
 			}
 		}()
 	}
+	close(start)
 	wg.Wait()
 	created := 0
 	for i := range 10 {
