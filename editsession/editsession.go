@@ -47,6 +47,7 @@ const (
 	ReasonArchived       = "archived"
 	ReasonProjectDeleted = "project_deleted"
 	ReasonAdmin          = "admin"
+	ReasonSubmitted      = "submitted"
 )
 
 var (
@@ -80,7 +81,7 @@ var goneWhy = map[string]string{
 	ReasonArchived:       "the project was archived",
 	ReasonProjectDeleted: "the project was deleted",
 	ReasonAdmin:          "a site admin ended it",
-	"submitted":          "it was submitted",
+	ReasonSubmitted:      "it was submitted",
 }
 
 // Config holds the limits of time, and how many sandbox users sessions
@@ -326,6 +327,18 @@ func (s *Sessions) overdue(cs *models.CodeSession, p *models.Project, now time.T
 // Discard ends the session and drops its edits.
 func (s *Sessions) Discard(ctx context.Context, sess *Session) error {
 	return s.end(ctx, sess.CodeSession, ReasonDiscarded, sess.UserID)
+}
+
+// FinishSubmitted ends a session whose submit moved it to ending (in the
+// transaction that recorded its Change) and records that it was submitted
+// as changeID.
+func (s *Sessions) FinishSubmitted(ctx context.Context, cs *models.CodeSession, actor, changeID int64) error {
+	if err := s.end(ctx, cs, ReasonSubmitted, actor); err != nil {
+		return err
+	}
+	s.record(ctx, events.SessionClosed, cs, actor, map[string]any{"session": cs.ID, "reason": ReasonSubmitted})
+	s.record(ctx, events.SessionSubmitted, cs, actor, map[string]any{"session": cs.ID, "changeId": changeID})
+	return nil
 }
 
 // end ends a session for reason: it marks the row ending (so the reason is

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,6 +77,9 @@ type Runtime struct {
 	running   chan struct{} // a slot per running command; nil: no bound
 	admitted  atomic.Int64  // commands running or waiting for their session's earlier one
 	commands  runningCommands
+	// checkMu serialises checks on this instance: they share one sandbox
+	// user, the last of the block, which sessions never draw.
+	checkMu sync.Mutex
 }
 
 // NewRuntime returns the runtime of sessions on this host.

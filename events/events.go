@@ -25,6 +25,15 @@ import (
 const (
 	SessionOpened = "code.session.opened"
 	SessionClosed = "code.session.closed"
+	// SessionSubmitted carries the changeId the session became.
+	SessionSubmitted = "code.session.submitted"
+	// A Change's steps; each carries its changeId and status.
+	ChangeComposed = "change.composed"
+	ChangeVerified = "change.verified"
+	ChangeFailed   = "change.failed"
+	ChangeReleased = "change.released"
+	ChangeWaiting  = "change.waiting"
+	ChangeMoved    = "change.moved" // withdrawn, superseded, re-composed, verifying
 )
 
 // SiteStream carries every event as JSON, for scripts of site admins

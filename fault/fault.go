@@ -42,6 +42,9 @@ type Fault struct {
 	// RetryAfter is how long to wait before trying again, for failures
 	// that pass (a Limit that frees up); 0 says nothing.
 	RetryAfter time.Duration
+	// Paths are the paths it is about, when the client needs them to act
+	// (a stale_base refusal lists the paths canonical changed).
+	Paths []string
 }
 
 // Error is an error that knows how a person should see it. Domain errors,

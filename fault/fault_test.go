@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"reflect"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestNewThroughWrapping(t *testing.T) {
 		t.Fatalf("text %q", err.Error())
 	}
 	want := fault.Fault{Kind: fault.Conflict, Reason: "archived", Message: "The thing is archived."}
-	if got := faultOf(t, err); got != want {
+	if got := faultOf(t, err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %#v, want %#v", got, want)
 	}
 }
@@ -93,7 +94,7 @@ func TestWithRetryAfter(t *testing.T) {
 		t.Fatal("errors.Is does not find the error through WithRetryAfter")
 	}
 	want := fault.Fault{Kind: fault.Limit, Reason: "busy", Message: "Busy.", RetryAfter: 5 * time.Second}
-	if got := faultOf(t, err); got != want {
+	if got := faultOf(t, err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %#v, want %#v", got, want)
 	}
 	if plain := errors.New("plain"); fault.WithRetryAfter(plain, time.Second) != plain {

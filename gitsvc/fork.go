@@ -97,10 +97,39 @@ func (s *Service) copySnapshot(ctx context.Context, from, r *Repo, commit string
 	if err = errors.Join(<-done, err); err != nil {
 		return fmt.Errorf("gitsvc: fork: copy %s: %w", commit, err)
 	}
-	if err := os.WriteFile(filepath.Join(r.GitDir, "shallow"), []byte(commit+"\n"), 0o644); err != nil {
+	// Appended: a fork brought up to a newer base keeps its older ones.
+	f, err := os.OpenFile(filepath.Join(r.GitDir, "shallow"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err == nil {
+		_, err = f.WriteString(commit + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("gitsvc: fork: %w", err)
 	}
 	return nil
+}
+
+// CopySnapshot brings commit and its tree from `from` (a Local folder's
+// repository, read as its owner) into the fork r made by Fork, as Fork
+// does for its first commit: r then has commit as one more shallow
+// boundary.
+func (s *Service) CopySnapshot(ctx context.Context, from, r *Repo, commit string) error {
+	if err := checkOIDs([]string{commit}); err != nil {
+		return err
+	}
+	releaseFrom, err := s.rlock(ctx, from, false)
+	if err != nil {
+		return err
+	}
+	defer releaseFrom()
+	release, err := s.rlock(ctx, r, true)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return s.copySnapshot(ctx, from, r, commit)
 }
 
 // Names lists the repositories under Root whose names start with prefix.

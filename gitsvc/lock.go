@@ -402,3 +402,23 @@ func (rs *reservations) leave(key string, g *gate) {
 		delete(rs.gates, key)
 	}
 }
+
+// HoldRepo is Hold for a repository as OpenLocal or OpenBare returned it:
+// a Local folder's lock file is opened and made by its owner's rules
+// (see rlock), never through a link.
+func (s *Service) HoldRepo(ctx context.Context, r *Repo, write bool) (context.Context, func(), error) {
+	release, err := s.rlock(ctx, r, write)
+	if err != nil {
+		return nil, nil, err
+	}
+	key := r.GitDir
+	if r.owner == nil {
+		key, _ = resolveGitDir(r.GitDir) // resolved by rlock a moment ago
+	}
+	h := &held{s: s, key: key, write: write}
+	h.parent, _ = ctx.Value(heldKey{}).(*held)
+	return context.WithValue(ctx, heldKey{}, h), func() {
+		h.done.Store(true)
+		release()
+	}, nil
+}

@@ -75,6 +75,9 @@ type fileView struct {
 	File      code.File
 	Name      string
 	HTML      template.HTML
+	// CanEdit offers "Edit this file" (a one-file Change) to owners and
+	// admins.
+	CanEdit bool
 }
 
 func (v fileView) JSON() any { return v.File }
@@ -173,7 +176,8 @@ func (h *Code) file(c *gin.Context, acc *projects.Access, p string) (*fileView, 
 	if err != nil {
 		return nil, err
 	}
-	v := &fileView{ProjectID: acc.Project.ID, File: f, Name: path.Base(p)}
+	v := &fileView{ProjectID: acc.Project.ID, File: f, Name: path.Base(p),
+		CanEdit: acc.Can(auth.CodeEdit) && !acc.Project.Archived() && !f.Binary && !f.TooLarge}
 	if acc.Project.WorkspaceMode != models.ModeLocal && acc.Project.CanonicalCommit != nil {
 		v.Commit = *acc.Project.CanonicalCommit
 	}

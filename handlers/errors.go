@@ -52,7 +52,7 @@ var internal = fault.Fault{Kind: fault.Internal, Reason: "internal", Message: "S
 // bad path in it is answered as the bad archive); unknown errors are 500s.
 func ProblemOf(err error) *views.Problem {
 	f := faultOf(err)
-	return &views.Problem{Status: statusOf[f.Kind], Reason: f.Reason, Message: f.Message, Hint: f.Hint}
+	return &views.Problem{Status: statusOf[f.Kind], Reason: f.Reason, Message: f.Message, Hint: f.Hint, Paths: f.Paths}
 }
 
 // faultOf is the first description of err in its chain, or internal.

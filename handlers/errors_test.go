@@ -15,6 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"atelier/auth"
+	"atelier/changes"
 	"atelier/code"
 	"atelier/editsession"
 	"atelier/fault"
@@ -54,6 +55,9 @@ func problemCases(t *testing.T) []problemCase {
 		terminal.ErrAccountShells, terminal.ErrInstanceShells, terminal.ErrInputFull, terminal.ErrInputTooLarge,
 		terminal.ErrBadSeq, terminal.ErrBadSize, terminal.ErrBadOffset, terminal.ErrNotFound, terminal.ErrClosed,
 		models.ErrNotFound, models.ErrUnavailable,
+		changes.ErrNotFound, changes.ErrNothingToSubmit, changes.ErrBadMessage, changes.ErrNotVerified,
+		changes.ErrNotWaiting, changes.ErrFinished, changes.ErrNotAuthor, changes.ErrNoRepository,
+		changes.ErrNotEditable, changes.ErrBadCheck,
 	} {
 		cs = append(cs, problemCase{e.Error(), e}, problemCase{"wrapped " + e.Error(), wrap(e)})
 	}
@@ -119,6 +123,7 @@ func problemCases(t *testing.T) []problemCase {
 		problemCase{"git not found over missing file", gitMissing},
 		problemCase{"no canonical over missing repository", fmt.Errorf("%w: %w", code.ErrNoCanonical, gitMissing)},
 		problemCase{"no route", errNoRoute},
+		problemCase{"stale base", fmt.Errorf("svc: %w", &changes.StaleBaseError{Paths: []string{"src/a.go", "README.md"}})},
 		problemCase{"bad upload", errBadUpload},
 		problemCase{"upload too large", tooLarge(64 << 20)},
 		problemCase{"busy", fmt.Errorf("gitsvc: %s lock on %s not free within %s: %w", "write", "/g", "30s", gitsvc.ErrBusy)},
@@ -139,6 +144,18 @@ func sourceFailed(source string) error {
 // TestProblemOf pins what a client sees for every error the domain packages
 // declare, wrapped as the services wrap them. The answers were taken from the
 // table in views before the errors said their own kind, and must not move.
+// A stale_base refusal carries exactly the paths canonical changed, for
+// the client to show and to act on.
+func TestStaleBaseCarriesPaths(t *testing.T) {
+	p := ProblemOf(fmt.Errorf("svc: %w", &changes.StaleBaseError{Paths: []string{"src/a.go", "README.md"}}))
+	if p.Status != 409 || p.Reason != "stale_base" || len(p.Paths) != 2 || p.Paths[0] != "src/a.go" || p.Paths[1] != "README.md" {
+		t.Fatalf("problem %+v", p)
+	}
+	if p := ProblemOf(changes.ErrNotVerified); p.Paths != nil {
+		t.Fatalf("a problem without paths got %v", p.Paths)
+	}
+}
+
 func TestProblemOf(t *testing.T) {
 	for _, c := range problemCases(t) {
 		w, ok := wantProblems[c.name]
@@ -189,15 +206,36 @@ type wantProblem struct {
 }
 
 var wantProblems = map[string]wantProblem{
-	"models: the database is unavailable":                        {503, "database_unavailable", "The database does not answer right now; try again in a moment.", ""},
-	"wrapped models: the database is unavailable":                {503, "database_unavailable", "The database does not answer right now; try again in a moment.", ""},
-	"sandbox: this host cannot build the sandbox's jail":         {503, "sandbox_unavailable", "This server's host lacks a kernel feature the sandbox needs, so commands and terminals are off; the server's log at start says which.", ""},
-	"wrapped sandbox: this host cannot build the sandbox's jail": {503, "sandbox_unavailable", "This server's host lacks a kernel feature the sandbox needs, so commands and terminals are off; the server's log at start says which.", ""},
-	"sandbox: network allow is unavailable here":                 {503, "network_unavailable", "The server cannot give this project's sandbox the internet without the host here (slirp4netns and /dev/net/tun are needed), so it does not run commands with the network allowed; the log at start says what is missing, and an administrator can install it or deny the network for the project.", ""},
-	"wrapped sandbox: network allow is unavailable here":         {503, "network_unavailable", "The server cannot give this project's sandbox the internet without the host here (slirp4netns and /dev/net/tun are needed), so it does not run commands with the network allowed; the log at start says what is missing, and an administrator can install it or deny the network for the project.", ""},
-	"source not allowed":                                         {403, "source_not_allowed", "Source not allowed: http://127.0.0.1:9/r.git: its host is a loopback address, which imports may not reach.", ""},
-	"root moved":                                                 {409, "root_moved", "This project's folder is no longer the one it was created with: it was moved or replaced, or a folder above it changed hands, so nothing is read from it. Put the folder back, or create the project again.", ""},
-	"local not allowed":                                          {403, "local_not_allowed", "Only site admins may use this folder.", "Ask for ATELIER_LOCAL_ROOTS."},
+	"stale base":                                                                  {409, "stale_base", "Canonical changed files you edited since your session began.", "Rebase the session onto the current canonical: the edits of other files come along, these you make again."},
+	"changes: no such change":                                                     {404, "not_found", "There is no such change.", ""},
+	"wrapped changes: no such change":                                             {404, "not_found", "There is no such change.", ""},
+	"changes: the session changes no file":                                        {409, "nothing_to_submit", "The session changes no file; edit something first.", ""},
+	"wrapped changes: the session changes no file":                                {409, "nothing_to_submit", "The session changes no file; edit something first.", ""},
+	"changes: a message has at most 10000 characters":                             {400, "bad_message", "A message has at most 10000 characters.", ""},
+	"wrapped changes: a message has at most 10000 characters":                     {400, "bad_message", "A message has at most 10000 characters.", ""},
+	"changes: only a verified change is released":                                 {409, "not_verified", "Only a verified change is released.", ""},
+	"wrapped changes: only a verified change is released":                         {409, "not_verified", "Only a verified change is released.", ""},
+	"changes: the change does not wait for an approval":                           {409, "not_waiting", "The change does not wait for an approval.", ""},
+	"wrapped changes: the change does not wait for an approval":                   {409, "not_waiting", "The change does not wait for an approval.", ""},
+	"changes: the change is released, withdrawn or superseded":                    {409, "finished", "The change is released, withdrawn or superseded.", ""},
+	"wrapped changes: the change is released, withdrawn or superseded":            {409, "finished", "The change is released, withdrawn or superseded.", ""},
+	"changes: only its author withdraws a change":                                 {403, "not_author", "Only its author withdraws a change.", ""},
+	"wrapped changes: only its author withdraws a change":                         {403, "not_author", "Only its author withdraws a change.", ""},
+	"changes: the project's folder is not a git repository with a commit":         {409, "no_base", "The project's folder is not a git repository with a commit.", ""},
+	"wrapped changes: the project's folder is not a git repository with a commit": {409, "no_base", "The project's folder is not a git repository with a commit.", ""},
+	"changes: only text files up to 1 MiB are edited here":                        {415, "not_editable", "Only text files up to 1 MiB are edited here.", ""},
+	"wrapped changes: only text files up to 1 MiB are edited here":                {415, "not_editable", "Only text files up to 1 MiB are edited here.", ""},
+	"changes: a check command has 1 to 1000 characters on one line":               {400, "bad_check_command", "A check command has 1 to 1000 characters on one line.", ""},
+	"wrapped changes: a check command has 1 to 1000 characters on one line":       {400, "bad_check_command", "A check command has 1 to 1000 characters on one line.", ""},
+	"models: the database is unavailable":                                         {503, "database_unavailable", "The database does not answer right now; try again in a moment.", ""},
+	"wrapped models: the database is unavailable":                                 {503, "database_unavailable", "The database does not answer right now; try again in a moment.", ""},
+	"sandbox: this host cannot build the sandbox's jail":                          {503, "sandbox_unavailable", "This server's host lacks a kernel feature the sandbox needs, so commands and terminals are off; the server's log at start says which.", ""},
+	"wrapped sandbox: this host cannot build the sandbox's jail":                  {503, "sandbox_unavailable", "This server's host lacks a kernel feature the sandbox needs, so commands and terminals are off; the server's log at start says which.", ""},
+	"sandbox: network allow is unavailable here":                                  {503, "network_unavailable", "The server cannot give this project's sandbox the internet without the host here (slirp4netns and /dev/net/tun are needed), so it does not run commands with the network allowed; the log at start says what is missing, and an administrator can install it or deny the network for the project.", ""},
+	"wrapped sandbox: network allow is unavailable here":                          {503, "network_unavailable", "The server cannot give this project's sandbox the internet without the host here (slirp4netns and /dev/net/tun are needed), so it does not run commands with the network allowed; the log at start says what is missing, and an administrator can install it or deny the network for the project.", ""},
+	"source not allowed":                                                          {403, "source_not_allowed", "Source not allowed: http://127.0.0.1:9/r.git: its host is a loopback address, which imports may not reach.", ""},
+	"root moved":                                                                  {409, "root_moved", "This project's folder is no longer the one it was created with: it was moved or replaced, or a folder above it changed hands, so nothing is read from it. Put the folder back, or create the project again.", ""},
+	"local not allowed":                                                           {403, "local_not_allowed", "Only site admins may use this folder.", "Ask for ATELIER_LOCAL_ROOTS."},
 	// The views table let fs.ErrNotExist win over the domain errors listed
 	// after it, so a canonical repository missing from the disk answered
 	// 404 "No such file or folder." through gitsvc.ErrNotFound and even

@@ -25,17 +25,19 @@ var dirNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // (ADR 0072): the path is set exactly when the mode is local. The tags repeat
 // the migration's CHECKs so the struct documents the table it maps.
 type Project struct {
-	ID               int64      `json:"id"`
-	Name             string     `json:"name" gorm:"check:projects_name_length,char_length(name) BETWEEN 1 AND 100"`
-	WorkspaceDirName string     `json:"workspaceDirName" gorm:"check:projects_workspace_dir_name_format,workspace_dir_name ~ '^[A-Za-z0-9_-]{1,64}$'"`
-	WorkspaceMode    string     `json:"workspaceMode" gorm:"default:container;check:projects_workspace_mode_known,workspace_mode IN ('container', 'local')"`
-	WorkspacePath    *string    `json:"workspacePath" gorm:"check:projects_workspace_path_matches_mode,(workspace_mode = 'local') = (workspace_path IS NOT NULL)"`
-	Status           string     `json:"status" gorm:"default:active"`
-	CanonicalCommit  *string    `json:"canonicalCommit"`
-	SandboxNetwork   string     `json:"sandboxNetwork" gorm:"default:deny"`
-	CreatedBy        *int64     `json:"createdBy"`
-	CreatedAt        time.Time  `json:"createdAt"`
-	ArchivedAt       *time.Time `json:"archivedAt"`
+	ID               int64   `json:"id"`
+	Name             string  `json:"name" gorm:"check:projects_name_length,char_length(name) BETWEEN 1 AND 100"`
+	WorkspaceDirName string  `json:"workspaceDirName" gorm:"check:projects_workspace_dir_name_format,workspace_dir_name ~ '^[A-Za-z0-9_-]{1,64}$'"`
+	WorkspaceMode    string  `json:"workspaceMode" gorm:"default:container;check:projects_workspace_mode_known,workspace_mode IN ('container', 'local')"`
+	WorkspacePath    *string `json:"workspacePath" gorm:"check:projects_workspace_path_matches_mode,(workspace_mode = 'local') = (workspace_path IS NOT NULL)"`
+	Status           string  `json:"status" gorm:"default:active"`
+	CanonicalCommit  *string `json:"canonicalCommit"`
+	SandboxNetwork   string  `json:"sandboxNetwork" gorm:"default:deny"`
+	// CheckCommand verifies each Change (nil: an owner or admin approves).
+	CheckCommand *string    `json:"checkCommand" gorm:"check:projects_check_command_length,check_command IS NULL OR char_length(check_command) BETWEEN 1 AND 1000"`
+	CreatedBy    *int64     `json:"createdBy"`
+	CreatedAt    time.Time  `json:"createdAt"`
+	ArchivedAt   *time.Time `json:"archivedAt"`
 
 	// The Local folder as admitted at creation (workspace.Identity): set
 	// together, only for a Local project; nil on rows from before they

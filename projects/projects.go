@@ -72,6 +72,33 @@ func NewService(store *models.Store, ws *workspace.Workspaces, git *gitsvc.Servi
 	return &Service{store: store, ws: ws, git: git, code: code, sessions: sessions, now: now, log: log, maxOwned: maxOwned}
 }
 
+// WorkspaceForkName is the git service's repository where a person's
+// Changes on a project are written (ws-<project>-<user>), derived from ids
+// alone; WorkspaceForkPrefix names all of a project's.
+func WorkspaceForkName(projectID, userID int64) string {
+	return WorkspaceForkPrefix(projectID) + strconv.FormatInt(userID, 10)
+}
+
+// WorkspaceForkPrefix starts the name of every workspace fork of a project.
+func WorkspaceForkPrefix(projectID int64) string {
+	return "ws-" + strconv.FormatInt(projectID, 10) + "-"
+}
+
+// removeWorkspaceForks deletes the project's workspace forks (of either
+// mode: a Local project's Changes are written there too).
+func (s *Service) removeWorkspaceForks(ctx context.Context, p *models.Project) {
+	names, err := s.git.Names(WorkspaceForkPrefix(p.ID))
+	if err != nil {
+		s.log.Error("workspace forks not listed", "project", p.ID, "err", err)
+		return
+	}
+	for _, n := range names {
+		if err := s.git.RemoveRepo(ctx, n); err != nil {
+			s.log.Error("workspace fork left behind", "project", p.ID, "repo", n, "err", err)
+		}
+	}
+}
+
 // CanonicalName is the git service's name of a Container project's canonical
 // repository. It derives from the row id only, so cleanup never trusts a
 // name read from anywhere else.
@@ -408,6 +435,7 @@ func (s *Service) Delete(ctx context.Context, acc *Access) error {
 	// project never adopts it (both creators refuse an existing folder).
 	container := p.WorkspaceMode == models.ModeContainer
 	s.removeOwned(ctx, p, container, container)
+	s.removeWorkspaceForks(ctx, p)
 	s.log.Info("project deleted", "project", p.ID, "by", acc.User.Username)
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"atelier/auth"
+	"atelier/changes"
 	"atelier/code"
 	"atelier/editsession"
 	"atelier/events"
@@ -49,6 +50,8 @@ type App struct {
 	// Instance names this server process in leases and reservations.
 	Instance  string
 	Terminals *terminal.Manager // every terminal of this instance
+	// Changes carry submitted edits to canonical: verify, approve, release.
+	Changes *changes.Service
 
 	log      *slog.Logger
 	adapter  handlers.Adapter
@@ -62,6 +65,7 @@ type App struct {
 	metrics  *metrics.Metrics
 	scrape   *handlers.Metrics
 	admin    *handlers.Dashboard
+	changes  *handlers.Changes
 
 	maxImportBytes int64
 	inputBytes     int
@@ -141,11 +145,13 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	metered.Read(metrics.Sources{Meter: usage, Store: store, Terminals: terms, Streams: streams, Commands: runtime})
 	shells := editsession.NewShells(store, runtime, terms, now, log)
 	sessionCfg := cfg.Sessions
-	sessionCfg.SandboxSlots = cfg.Sandbox.UIDCount
+	// The last uid of the block runs Changes' checks (Runtime.CheckUID).
+	sessionCfg.SandboxSlots = cfg.Sandbox.UIDCount - 1
 	// An ending session's shells close first, then its processes and
 	// checkout go.
 	sessionSvc := editsession.New(store, git, codeStore, ws, recorder, sessionCfg, now, log, shells, runtime)
 	projectSvc := projects.NewService(store, ws, git, codeStore, sessionSvc, now, log, cfg.MaxProjects)
+	changeSvc := changes.New(store, git, codeStore, ws, sessionSvc, runtime, recorder, now, log)
 	a := &App{
 		Auth:         authSvc,
 		Projects:     projectSvc,
@@ -157,6 +163,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		Sandbox:      box,
 		Instance:     instance,
 		Terminals:    terms,
+		Changes:      changeSvc,
 		log:          log,
 		adapter:      handlers.Adapter{Render: render, Log: log},
 		cookies:      auth.Cookies{AlwaysSecure: cfg.SecureCookies},
@@ -169,6 +176,8 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now, CommandHint: commandHint(box)},
 		admin: &handlers.Dashboard{Render: render, Meter: usage, Sessions: sessionSvc, Runtime: runtime,
 			Shells: shells, Events: recorder, Store: store},
+		changes: &handlers.Changes{Render: render, Projects: projectSvc, Changes: changeSvc, Code: codeSvc,
+			Events: recorder},
 		maxImportBytes: cfg.MaxImportBytes,
 		inputBytes:     terms.Config().InputBytes,
 		streams:        streams,

@@ -662,3 +662,49 @@ func TestBrowserDashboardMeterMoves(t *testing.T) {
 		t.Errorf("the commands panel reads %q: the command, never its output", text)
 	}
 }
+
+// A person edits two files and adds one (by a command in the session),
+// submits with a message, and watches the Change verify and release live
+// on its page; the Code page then shows the new tree.
+func TestBrowserSubmitAndRelease(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	runPipeline(t, h)
+	owner, id := editable(t, h)
+	owner.setCheck(id, "test -f added.txt && grep -q browser README.md")
+	ctx := browser(t)
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	err := do(ctx, signIn(h, "owner", "password-owner"),
+		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
+		chromedp.Click(css(`button#edit`)),
+		shows(`#changes h2`),
+		chromedp.SendKeys(css(`input[name=command]`), "echo from the browser >> README.md; echo '// more' >> src/main.go; echo new > added.txt"),
+		chromedp.Click(css(`form.command button`)),
+		shows(`#changes li.added[data-path="added.txt"]`),
+		shows(`#changes li.modified[data-path="README.md"]`),
+		shows(`#changes li.modified[data-path="src/main.go"]`),
+		chromedp.SendKeys(css(`#submit-message`), "Three files from the browser"),
+		chromedp.Click(css(`#submit`)),
+		shows(`#change-status`),
+		showsText(`#change-status #status`, "verified"),
+		shows(`#change-status button#release`),
+	)
+	if err != nil {
+		status, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#change-status")?.innerText ?? "none"`))
+		t.Fatalf("submit and verify: %v; the page has %s; status panel %q; the change %+v", err, pageState(ctx), status, owner.change(id, 1))
+	}
+	heading, _ := chromedp.Run(ctx, chromedp.Text(css(`h1`)))
+	if !strings.Contains(heading, "Three files from the browser") {
+		t.Fatalf("the change page's heading %q", heading)
+	}
+	err = do(ctx,
+		chromedp.Click(css(`#change-status button#release`)),
+		showsText(`#change-status #status`, "released"),
+		showsText(`#change-status .timeline`, "change.released"),
+		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
+		shows(`a[data-path="added.txt"]`),
+	)
+	if err != nil {
+		t.Fatalf("release: %v; the page has %s", err, pageState(ctx))
+	}
+}

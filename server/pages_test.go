@@ -57,6 +57,14 @@ func TestLoginNextStaysLocal(t *testing.T) {
 }
 
 // pageUser is one person the page table renders as.
+// forbiddenUnless is 200 for those who may, else 403.
+func forbiddenUnless(may bool) int {
+	if may {
+		return http.StatusOK
+	}
+	return http.StatusForbidden
+}
+
 type pageUser struct {
 	name  string
 	c     *client
@@ -139,6 +147,11 @@ func TestPageRoutes(t *testing.T) {
 			}
 		}
 	}
+	// A Change in each project, from the Code page's "Edit this file".
+	changeOf := map[int64]string{}
+	for _, p := range projects {
+		changeOf[p.id] = "/projects/" + itoa(p.id) + "/changes/" + itoa(p.users[0].c.editFromPage(p.id, "README.md", "# Changed\n"))
+	}
 
 	anon := h.anonymous()
 	for _, mode := range []string{"page", "htmx"} {
@@ -198,6 +211,13 @@ func TestPageRoutes(t *testing.T) {
 				{u.base + "/diff?path=README.md", editor(http.StatusOK), false}, // text for a page, a fragment for htmx
 				{u.base + "/commands", editor(http.StatusOK), true},
 				{u.base + "/terminals", editor(http.StatusOK), false},
+				{pp + "/changes", http.StatusOK, true},
+				{changeOf[p.id], http.StatusOK, true},
+				{changeOf[p.id] + "?view=split", http.StatusOK, true},
+				{changeOf[p.id] + "/status", http.StatusOK, true},
+				{pp + "/changes/999999", http.StatusNotFound, true},
+				{pp + "/settings", http.StatusOK, true},
+				{pp + "/code/edit?path=README.md", forbiddenUnless(u.edits), true},
 				{"/admin/users", siteAdmin, siteAdmin == http.StatusOK},
 				{"/admin", dashboard, dashboard == http.StatusOK},
 				{"/admin?part=meters&q=" + p.kind + "&sort=use", dashboard, dashboard == http.StatusOK},

@@ -119,6 +119,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	go app.Runtime.Run(ctx)
 	go app.Shells.Run(ctx)
 	go app.Projects.KeepPublished(ctx, publishRetryEvery)
+	// A Change a previous run left verifying is verified again.
+	if n, err := app.Changes.Resume(ctx); err != nil {
+		log.Warn("changes left verifying not queued", "err", err)
+	} else if n > 0 {
+		log.Info("changes queued for verification again", "count", n)
+	}
+	go app.Changes.Run(ctx)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	select {

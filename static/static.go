@@ -6,5 +6,5 @@ import "embed"
 
 // FS holds app.css, app.js and vendor/.
 //
-//go:embed app.css app.js code.js icons.svg import.js session.js terminal.js vendor
+//go:embed app.css app.js change.js code.js icons.svg import.js session.js terminal.js vendor
 var FS embed.FS

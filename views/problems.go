@@ -8,4 +8,7 @@ type Problem struct {
 	Message string `json:"error"`
 	Reason  string `json:"reason"`
 	Hint    string `json:"hint,omitempty"`
+	// Paths are the paths the problem is about (stale_base's), shown in
+	// the page and sent in JSON.
+	Paths []string `json:"paths,omitempty"`
 }

@@ -114,6 +114,18 @@ var funcs = template.FuncMap{
 	},
 	"ms":    func(d time.Duration) int64 { return d.Milliseconds() },
 	"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") },
+	"age": func(t time.Time) string {
+		d := time.Since(t).Round(time.Second)
+		switch {
+		case d < time.Minute:
+			return "just now"
+		case d < time.Hour:
+			return fmt.Sprintf("%d min ago", int(d.Minutes()))
+		case d < 48*time.Hour:
+			return fmt.Sprintf("%d h ago", int(d.Hours()))
+		}
+		return fmt.Sprintf("%d days ago", int(d.Hours()/24))
+	},
 	"deref": func(s *string) string {
 		if s == nil {
 			return ""
