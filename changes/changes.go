@@ -313,3 +313,8 @@ func defaultMessage(paths []string) string {
 	}
 	return fmt.Sprintf("Edit %d files", len(paths))
 }
+
+// CountByStatus counts the site's Changes by status, for monitoring.
+func (s *Service) CountByStatus(ctx context.Context) (map[string]int64, error) {
+	return s.db.ChangeCounts(ctx)
+}

@@ -34,11 +34,7 @@ type Sources struct {
 	Terminals interface{ RunningCount() int } // open shells
 	Streams   interface{ Total() int }        // open event streams (SSE viewers)
 	Commands  interface{ CommandsHeld() int }
-	// Changes counts Changes by status.
-	//
-	// HOOK(changes): nil until the changes package exists on this branch;
-	// set it in server.New to a service method returning the count per
-	// status, and atelier_changes appears with one series per status.
+	// Changes counts Changes by status; nil leaves atelier_changes out.
 	Changes interface {
 		CountByStatus(context.Context) (map[string]int64, error)
 	}

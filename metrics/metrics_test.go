@@ -91,8 +91,8 @@ func TestLabelsStayBoundedWhateverHappens(t *testing.T) {
 	}
 }
 
-// changeCounts stands where the changes service will: what it counts is
-// its own, the series it becomes is this package's.
+// changeCounts stands for the changes service: what it counts is its own,
+// the series it becomes is this package's.
 type changeCounts map[string]int64
 
 func (c changeCounts) CountByStatus(context.Context) (map[string]int64, error) { return c, nil }

@@ -141,8 +141,6 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		MaxRunning: cfg.SandboxMaxRunning, DiskBytes: cfg.SandboxDiskBytes, DiskArea: cfg.SandboxDiskDir(),
 		Observer: metered, Hint: recorder.Hint,
 	}, terms, now, log)
-	// HOOK(changes): add Changes: <the changes service> once it exists.
-	metered.Read(metrics.Sources{Meter: usage, Store: store, Terminals: terms, Streams: streams, Commands: runtime})
 	shells := editsession.NewShells(store, runtime, terms, now, log)
 	sessionCfg := cfg.Sessions
 	// The last uid of the block runs Changes' checks (Runtime.CheckUID).
@@ -152,6 +150,8 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	sessionSvc := editsession.New(store, git, codeStore, ws, recorder, sessionCfg, now, log, shells, runtime)
 	projectSvc := projects.NewService(store, ws, git, codeStore, sessionSvc, now, log, cfg.MaxProjects)
 	changeSvc := changes.New(store, git, codeStore, ws, sessionSvc, runtime, recorder, now, log)
+	metered.Read(metrics.Sources{Meter: usage, Store: store, Terminals: terms, Streams: streams, Commands: runtime,
+		Changes: changeSvc})
 	a := &App{
 		Auth:         authSvc,
 		Projects:     projectSvc,

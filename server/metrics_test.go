@@ -174,7 +174,7 @@ var everyMetric = []string{
 	"atelier_db_pool_waits_total",
 	"atelier_db_pool_wait_seconds_total",
 	"atelier_db_pool_closed_total",
-	// HOOK(changes): "atelier_changes", once the changes service feeds it.
+	"atelier_changes",
 }
 
 func TestMetricsNameEveryMeasure(t *testing.T) {
