@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,7 @@ const (
 	TopicTerminals = "terminals"
 	TopicCommands  = "commands"
 	TopicFeed      = "feed"
+	TopicChanges   = "changes"
 )
 
 // Hint timing: hints of one topic that come within hintDelay are sent as
@@ -173,6 +175,9 @@ func (r *Recorder) Record(ctx context.Context, e Event) error {
 	r.Hint(TopicFeed)
 	if e.Type == SessionOpened || e.Type == SessionClosed {
 		r.Hint(TopicSessions)
+	}
+	if e.Type == SessionSubmitted || strings.HasPrefix(e.Type, "change.") {
+		r.Hint(TopicChanges)
 	}
 	return nil
 }

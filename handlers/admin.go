@@ -57,16 +57,13 @@ type adminView struct {
 	Recent   []models.AuditedCommand
 	Feed     []events.Line
 	Names    map[int64]string // usernames by id, for what memory knows by id only
-
-	// Changes waiting for verification or approval: their list is added
-	// here, with a part "changes" (partials/admin_changes), when Changes
-	// land.
+	Changes  []models.Change  // waiting for verification, approval or release
 }
 
 // dashboardParts are the parts a live hint may refresh, each a partial.
 var dashboardParts = map[string]bool{
 	events.TopicMeters: true, events.TopicSessions: true, events.TopicTerminals: true,
-	events.TopicCommands: true, events.TopicFeed: true,
+	events.TopicCommands: true, events.TopicFeed: true, events.TopicChanges: true,
 }
 
 // Page shows the dashboard; ?part= one of its parts alone.
@@ -123,6 +120,11 @@ func (h *Dashboard) view(c *gin.Context, part string) (adminView, error) {
 	if want(events.TopicCommands) {
 		v.Running = h.Runtime.RunningCommands()
 		if v.Recent, err = h.Store.RecentCommands(ctx, recentCommands); err != nil {
+			return v, err
+		}
+	}
+	if want(events.TopicChanges) {
+		if v.Changes, err = h.Store.WaitingChanges(ctx, 0); err != nil {
 			return v, err
 		}
 	}

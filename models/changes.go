@@ -101,8 +101,9 @@ type Change struct {
 	UpdatedAt  time.Time  `json:"updatedAt"`
 	ReleasedAt *time.Time `json:"releasedAt,omitempty"`
 
-	// AuthorName is filled by the listing queries.
-	AuthorName string `json:"author" gorm:"->;-:migration"`
+	// AuthorName and ProjectName are filled by the listing queries.
+	AuthorName  string `json:"author" gorm:"->;-:migration"`
+	ProjectName string `json:"project" gorm:"->;-:migration"`
 }
 
 // Validate mirrors the changes table's CHECKs.
@@ -235,8 +236,9 @@ func (s *Store) ChangeOfSession(ctx context.Context, sessionID string) (*Change,
 // changes selects changes with their author's name.
 func (s *Store) changes(ctx context.Context) *gorm.DB {
 	return s.db.WithContext(ctx).Table("changes").
-		Select("changes.*, coalesce(users.username, '') AS author_name").
-		Joins("LEFT JOIN users ON users.id = changes.author_id")
+		Select("changes.*, coalesce(users.username, '') AS author_name, projects.name AS project_name").
+		Joins("LEFT JOIN users ON users.id = changes.author_id").
+		Joins("JOIN projects ON projects.id = changes.project_id")
 }
 
 // ChangesOf lists a project's changes, newest first.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/csv"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -574,5 +575,38 @@ func TestRawEventsSendBrowsersToTheFeed(t *testing.T) {
 		}
 		cancel()
 		res.Body.Close()
+	}
+}
+
+// A Change waiting for approval shows on the dashboard with why it waits,
+// the live stream says when the list moves, and once released it is gone.
+func TestDashboardShowsWaitingChanges(t *testing.T) {
+	h := newHarness(t)
+	runPipeline(t, h)
+	owner, id := editable(t, h)
+	root := h.user("root", true)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	live, status := followDashboard(ctx, t, root, tr)
+	if live == nil {
+		t.Fatalf("dashboard stream: %d", status)
+	}
+
+	cid := owner.editFile(id, "README.md", "# Waiting\n")
+	owner.waitChange(id, cid, models.ChangeComposed)
+	waitFor(t, 3*time.Second, "a changes hint after the submit", func() bool { return live.count(events.TopicChanges) > 0 })
+	part := readBody(root.get("/admin?part=changes", nil))
+	row := fmt.Sprintf(`data-change="%d" data-status="composed"`, cid)
+	if !strings.Contains(part, row) || !strings.Contains(part, "for an owner's approval") || !strings.Contains(part, "edit README.md") {
+		t.Fatalf("the waiting change is not listed with its reason:\n%s", part)
+	}
+
+	before := live.count(events.TopicChanges)
+	owner.approveAndRelease(id, cid)
+	waitFor(t, 3*time.Second, "a changes hint after the release", func() bool { return live.count(events.TopicChanges) > before })
+	if part := readBody(root.get("/admin?part=changes", nil)); strings.Contains(part, fmt.Sprintf(`data-change="%d"`, cid)) {
+		t.Fatalf("a released change still waits on the dashboard:\n%s", part)
 	}
 }
