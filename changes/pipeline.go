@@ -15,8 +15,13 @@ import (
 	"atelier/projects"
 )
 
-// retryBusy is when a check refused for a full instance is tried again.
-const retryBusy = 5 * time.Second
+// When a check that could not run is tried again: soon for a full
+// instance, later for anything else (the month's sandbox time used up, the
+// database away), so a Change never hangs in verifying until a restart.
+const (
+	retryBusy  = 5 * time.Second
+	retryLater = time.Minute
+)
 
 // queue asks Run to verify the change.
 func (s *Service) queue(id int64) {
@@ -71,12 +76,13 @@ func (s *Service) Run(ctx context.Context) {
 				return
 			}
 			if err := s.verify(ctx, id); err != nil && ctx.Err() == nil {
+				wait := retryLater
 				if errors.Is(err, editsession.ErrSandboxBusy) {
-					time.AfterFunc(retryBusy, func() { s.queue(id) })
-					continue
+					wait = retryBusy
+				} else {
+					s.log.Warn("change not verified; trying again", "change", id, "in", wait, "err", err)
 				}
-				// It stays verifying; the next start verifies it again.
-				s.log.Error("change not verified", "change", id, "err", err)
+				time.AfterFunc(wait, func() { s.queue(id) })
 			}
 		}
 		select {
