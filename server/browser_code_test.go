@@ -58,7 +58,7 @@ func TestBrowserQuickOpen(t *testing.T) {
 		chromedp.WaitVisible(css(`summary[data-path="cmd"]`)),
 		chromedp.KeyEvent("p", chromedp.KeyModifiers(chromedp.ModifierCtrl)),
 		shows(`dialog#finder[open] #find-query`),
-		chromedp.SendKeys(css(`#find-query`), "tmain"),
+		typeInto(`#find-query`, "tmain"),
 		shows(`#find-results [aria-selected="true"] a[data-path="cmd/tool/main.go"]`),
 		chromedp.KeyEvent(kb.Enter),
 		shows(`#viewer article.file[data-path="cmd/tool/main.go"] .chroma`),

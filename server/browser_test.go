@@ -83,13 +83,20 @@ func screenshot(ctx context.Context, t *testing.T, name string) {
 	}
 }
 
+// typeInto focuses the element sel names and types text into it.
+// chromedp.SendKeys reads the node's attributes without its lock, a data
+// race whenever the page changes them meanwhile (htmx and the finder do).
+func typeInto(sel, text string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(chromedp.Focus(chromedp.CSS(sel), chromedp.NodeVisible), chromedp.KeyEvent(text))
+}
+
 // signIn signs the browser in through the form and waits for the projects
 // page.
 func signIn(h *harness, username, password string) chromedp.Action[chromedp.Void] {
 	return chromedp.Steps(
 		chromedp.Navigate(h.srv.URL+"/login"),
-		chromedp.SendKeys(chromedp.CSS(`input[name=username]`), username),
-		chromedp.SendKeys(chromedp.CSS(`input[name=password]`), password),
+		typeInto(`input[name=username]`, username),
+		typeInto(`input[name=password]`, password),
 		chromedp.Submit(chromedp.CSS(`form.stack`)),
 		chromedp.WaitVisible(chromedp.CSS(`a.button[href="/projects/new"]`)),
 	)
@@ -152,10 +159,10 @@ func TestBrowserCreateLocalProject(t *testing.T) {
 		signIn(h, "ann", "ann-password"),
 		chromedp.Click(css(`a.button[href="/projects/new"]`)),
 		chromedp.WaitVisible(css(`input[name=name]`)),
-		chromedp.SendKeys(css(`input[name=name]`), "Browser Made"),
+		typeInto(`input[name=name]`, "Browser Made"),
 		chromedp.Click(css(`input[name=mode][value=local]`)),
 		chromedp.WaitVisible(css(`#path`)),
-		chromedp.SendKeys(css(`#path`), "/etc/ssh"),
+		typeInto(`#path`, "/etc/ssh"),
 		chromedp.WaitVisible(css(`#path-check .check.bad`)),
 	)
 	if err != nil {
@@ -166,8 +173,8 @@ func TestBrowserCreateLocalProject(t *testing.T) {
 	}
 
 	err = do(ctx,
-		chromedp.SendKeys(css(`#path`), strings.Repeat(kb.Backspace, len("/etc/ssh"))),
-		chromedp.SendKeys(css(`#path`), folder),
+		typeInto(`#path`, strings.Repeat(kb.Backspace, len("/etc/ssh"))),
+		typeInto(`#path`, folder),
 		chromedp.WaitVisible(css(`#path-check .check.ok`)),
 	)
 	if err != nil {
@@ -470,7 +477,7 @@ func TestBrowserCommand(t *testing.T) {
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
 		shows(`#changes h2`),
-		chromedp.SendKeys(css(`input[name=command]`), "echo made > made.txt; echo from-the-box"),
+		typeInto(`input[name=command]`, "echo made > made.txt; echo from-the-box"),
 		chromedp.Click(css(`form.command button`)),
 		shows(`.command-result pre.stdout`),
 		shows(`#changes li.added[data-path="made.txt"]`),
@@ -678,12 +685,12 @@ func TestBrowserSubmitAndRelease(t *testing.T) {
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
 		shows(`#changes h2`),
-		chromedp.SendKeys(css(`input[name=command]`), "echo from the browser >> README.md; echo '// more' >> src/main.go; echo new > added.txt"),
+		typeInto(`input[name=command]`, "echo from the browser >> README.md; echo '// more' >> src/main.go; echo new > added.txt"),
 		chromedp.Click(css(`form.command button`)),
 		shows(`#changes li.added[data-path="added.txt"]`),
 		shows(`#changes li.modified[data-path="README.md"]`),
 		shows(`#changes li.modified[data-path="src/main.go"]`),
-		chromedp.SendKeys(css(`#submit-message`), "Three files from the browser"),
+		typeInto(`#submit-message`, "Three files from the browser"),
 		chromedp.Click(css(`#submit`)),
 		shows(`#change-status`),
 		showsText(`#change-status #status`, "verified"),

@@ -146,7 +146,7 @@ func TestBrowserImportProgress(t *testing.T) {
 	var id int64
 	if err := do(ctx,
 		chromedp.Navigate(h.srv.URL+"/projects/new"),
-		chromedp.SendKeys(chromedp.CSS(`input[name=name]`), "imports"),
+		typeInto(`input[name=name]`, "imports"),
 		chromedp.Submit(chromedp.CSS(`input[name=name]`)),
 		shows(`form[data-import] input[type=file]`),
 	); err != nil {
