@@ -50,6 +50,7 @@ type Config struct {
 	// believed and whose connections count only toward MaxConns.
 	MaxConnsPerAddr int           // ATELIER_MAX_CONNS_PER_ADDR
 	MaxConns        int           // ATELIER_MAX_CONNS; 0: what the descriptor limit allows
+	AcceptRate      int           // ATELIER_ACCEPT_RATE: new connections a second past a burst; 0: unpaced
 	BodyGrace       time.Duration // ATELIER_BODY_GRACE_MS
 	BodyMinRate     int64         // ATELIER_BODY_MIN_RATE, bytes a second
 	TrustedProxies  []netip.Prefix
@@ -245,6 +246,7 @@ func loadConnLimits(getenv func(string) string, cfg *Config) error {
 		return err
 	}
 	cfg.MaxConnsPerAddr, cfg.BodyGrace, cfg.BodyMinRate = defaultConnsPerAddr, defaultBodyGrace, defaultBodyMinRate
+	cfg.AcceptRate = defaultAcceptRate
 	for _, v := range []struct {
 		name  string
 		least int64
@@ -252,6 +254,7 @@ func loadConnLimits(getenv func(string) string, cfg *Config) error {
 	}{
 		{"ATELIER_MAX_CONNS_PER_ADDR", 1, func(n int64) { cfg.MaxConnsPerAddr = int(n) }},
 		{"ATELIER_MAX_CONNS", 1, func(n int64) { cfg.MaxConns = int(n) }},
+		{"ATELIER_ACCEPT_RATE", 0, func(n int64) { cfg.AcceptRate = int(n) }},
 		{"ATELIER_BODY_GRACE_MS", 100, func(n int64) { cfg.BodyGrace = time.Duration(n) * time.Millisecond }},
 		{"ATELIER_BODY_MIN_RATE", 1, func(n int64) { cfg.BodyMinRate = n }},
 	} {

@@ -34,6 +34,12 @@ const (
 	// few seconds is cut after the grace.
 	defaultBodyGrace   = 30 * time.Second
 	defaultBodyMinRate = 8 << 10
+	// defaultAcceptRate and acceptBurst pace new connections: 200 at once,
+	// then 2,000 a second, far above what people open (a page and its
+	// streams are a handful), while a flood of thousands cannot put them
+	// all on the run queue at once.
+	defaultAcceptRate = 2000
+	acceptBurst       = 200
 )
 
 // raiseFileLimit lifts the soft limit on open descriptors to the hard one
@@ -81,6 +87,7 @@ type connListener struct {
 	total   int
 	trusted []netip.Prefix
 
+	pace   *acceptPacer // nil: connections are not paced
 	mu     sync.Mutex
 	open   int
 	byAddr map[netip.Addr]int
@@ -88,6 +95,41 @@ type connListener struct {
 
 func newConnListener(ln net.Listener, perAddr, total int, trusted []netip.Prefix) *connListener {
 	return &connListener{Listener: ln, perAddr: perAddr, total: total, trusted: trusted, byAddr: map[netip.Addr]int{}}
+}
+
+// acceptPacer spaces admitted connections out once a burst is spent. Each
+// new connection is a goroutine with work to do at once; a flood of
+// thousands would queue them all on the scheduler together, and the next
+// request of someone already connected (a keystroke, /healthz) would wait
+// behind every one of them. Paced, the flood waits in the kernel's accept
+// queue instead, where it costs no CPU.
+type acceptPacer struct {
+	every time.Duration // between two connections, past the burst
+	burst time.Duration // the burst, as time credit: every × its size
+	next  time.Time     // when the credit is spent
+	now   func() time.Time
+	sleep func(time.Duration)
+}
+
+func newAcceptPacer(perSecond, burst int) *acceptPacer {
+	every := time.Second / time.Duration(perSecond)
+	return &acceptPacer{every: every, burst: every * time.Duration(burst), now: time.Now, sleep: time.Sleep}
+}
+
+// wait returns when the next connection may be served. Only the accept
+// loop calls it, so it needs no lock.
+func (p *acceptPacer) wait() {
+	if p == nil {
+		return
+	}
+	now := p.now()
+	if floor := now.Add(-p.burst); p.next.Before(floor) {
+		p.next = floor
+	}
+	p.next = p.next.Add(p.every)
+	if d := p.next.Sub(now); d > 0 {
+		p.sleep(d)
+	}
 }
 
 // Accept returns the next connection within the bounds; one past them is
@@ -100,6 +142,7 @@ func (l *connListener) Accept() (net.Conn, error) {
 		}
 		addr := peerAddr(c)
 		if l.take(addr) {
+			l.pace.wait()
 			return &countedConn{Conn: c, release: func() { l.give(addr) }}, nil
 		}
 		c.Close()
@@ -242,5 +285,9 @@ func listen(cfg Config) (*connListener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	return newConnListener(ln, cfg.MaxConnsPerAddr, total, cfg.TrustedProxies), nil
+	cl := newConnListener(ln, cfg.MaxConnsPerAddr, total, cfg.TrustedProxies)
+	if cfg.AcceptRate > 0 {
+		cl.pace = newAcceptPacer(cfg.AcceptRate, acceptBurst)
+	}
+	return cl, nil
 }

@@ -343,3 +343,36 @@ func (l *connListener) openFrom(addr netip.Addr) int {
 	defer l.mu.Unlock()
 	return l.byAddr[addr]
 }
+
+// The pacer lets a burst through at once, then one connection per period:
+// 1,200 connections at once at 2,000 a second past a burst of 200 wait
+// half a second in all, and after a quiet second the burst is whole again.
+func TestAcceptPacerSpendsABurstThenPaces(t *testing.T) {
+	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var slept time.Duration
+	p := newAcceptPacer(2000, 200)
+	p.now = func() time.Time { return clock }
+	p.sleep = func(d time.Duration) { slept += d; clock = clock.Add(d) }
+	for range 200 {
+		p.wait()
+	}
+	if slept != 0 {
+		t.Fatalf("the burst waited %v", slept)
+	}
+	for range 1000 {
+		p.wait()
+	}
+	if want := 500 * time.Millisecond; slept != want {
+		t.Fatalf("1,000 past the burst waited %v, want %v", slept, want)
+	}
+	clock = clock.Add(time.Second)
+	before := slept
+	for range 200 {
+		p.wait()
+	}
+	if slept != before {
+		t.Fatalf("after a quiet second the burst waited %v", slept-before)
+	}
+	var none *acceptPacer
+	none.wait() // unpaced: ATELIER_ACCEPT_RATE=0
+}

@@ -180,8 +180,13 @@ func (r *Renderer) Render(c *gin.Context, status int, name string, view any) err
 }
 
 // WantsJSON reports whether the client asked for JSON rather than HTML.
+// An EventSource (Accept: text/event-stream) cannot show a page either: a
+// refused stream gets the short JSON problem, which also keeps a flood of
+// refused streams cheap.
 func WantsJSON(r *http.Request) bool {
-	return r.Header.Get("HX-Request") == "" && strings.Contains(r.Header.Get("Accept"), "application/json")
+	accept := r.Header.Get("Accept")
+	return r.Header.Get("HX-Request") == "" &&
+		(strings.Contains(accept, "application/json") || strings.HasPrefix(accept, "text/event-stream"))
 }
 
 // IsHTMX reports whether htmx sent the request.

@@ -648,3 +648,69 @@ func describe(pids []int) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// verifyKill submits a Change whose check is running when the server is
+// killed: after the restart the Change is verified again and ends
+// verified, with one piece of evidence, and canonical has not moved.
+func verifyKill(s *server, c *client) (string, bool) {
+	id, err := c.CreateProject("abuse-verify")
+	if err != nil {
+		return err.Error(), false
+	}
+	const base0 = "base file\n"
+	if err := c.importArchive(id, []archived{{name: "base.txt", head: base0, size: int64(len(base0))}}); err != nil {
+		return err.Error(), false
+	}
+	// The duration marks the check's process among every other sleep.
+	if err := c.Post(fmt.Sprintf("/projects/%d/settings", id), url.Values{"checkCommand": {"sleep 4.613 && grep -q checked base.txt"}}); err != nil {
+		return "settings: " + err.Error(), false
+	}
+	base, err := c.openSession(id)
+	if err != nil {
+		return err.Error(), false
+	}
+	if status, reason, err := c.save(base, "base.txt", "checked\n"); err != nil || status >= 300 {
+		return fmt.Sprintf("save: %d %s %v", status, reason, err), false
+	}
+	var submitted struct {
+		ChangeID int64 `json:"changeId"`
+	}
+	if err := c.PostJSON(base+"/submit", url.Values{"message": {"checked before and after a crash"}}, &submitted); err != nil {
+		return "submit: " + err.Error(), false
+	}
+	if _, err := waitProcess("sleep 4.613", 30*time.Second); err != nil {
+		return "the check never started: " + err.Error(), false
+	}
+	ctx := context.Background()
+	var canonicalBefore string
+	if err := s.scan(ctx, `SELECT canonical_commit FROM projects WHERE id = $1`, []any{id}, &canonicalBefore); err != nil {
+		return err.Error(), false
+	}
+
+	s.kill()
+	if err := s.launch(); err != nil {
+		return "restart: " + err.Error(), false
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	var status string
+	var evidence int64
+	for {
+		if err := s.scan(ctx, `SELECT status, (SELECT count(*) FROM evidence WHERE change_id = changes.id) FROM changes WHERE id = $1`,
+			[]any{submitted.ChangeID}, &status, &evidence); err != nil {
+			return err.Error(), false
+		}
+		if status != "verifying" && status != "composed" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var canonicalAfter string
+	if err := s.scan(ctx, `SELECT canonical_commit FROM projects WHERE id = $1`, []any{id}, &canonicalAfter); err != nil {
+		return err.Error(), false
+	}
+	detail := fmt.Sprintf("change %s with %d evidence after the restart", status, evidence)
+	if status != "verified" || evidence != 1 || canonicalAfter != canonicalBefore {
+		return fmt.Sprintf("%s, want verified with 1; canonical %.12s → %.12s", detail, canonicalBefore, canonicalAfter), false
+	}
+	return detail + ", canonical unmoved until a release", true
+}

@@ -148,6 +148,8 @@ func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 		func() (string, bool) { return objectStoreStop(srv, c, sz.outage) })
 	measure("SIGKILL mid-command and shell", "one command, one shell, restart", true, true,
 		func() (string, bool) { return serverKill(srv, c) })
+	measure("SIGKILL mid-verification", "a Change's check running, restart", true, true,
+		func() (string, bool) { return verifyKill(srv, c) })
 
 	var b strings.Builder
 	b.WriteString("| attack | size | honest p50 / p99 | peak RSS | descriptors | result |\n|---|---|---|---|---|---|\n")
