@@ -3,9 +3,7 @@ package gitsvc
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -229,16 +227,7 @@ func (s *Service) CopyCommit(ctx context.Context, from, into *Repo, commit, have
 	if err != nil {
 		return fmt.Errorf("gitsvc: copy %s: list: %w", commit, err)
 	}
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.run(ctx, newCommand("pack-objects", "--stdout", "--quiet"), runOpts{repo: from, stdin: bytes.NewReader(list), stdout: pw})
-		pw.CloseWithError(err)
-		done <- err
-	}()
-	_, err = s.run(ctx, newCommand("index-pack", "--stdin"), runOpts{repo: into, stdin: pr})
-	pr.CloseWithError(io.ErrClosedPipe)
-	if err = errors.Join(<-done, err); err != nil {
+	if err := s.packInto(ctx, from, into, list); err != nil {
 		return fmt.Errorf("gitsvc: copy %s: %w", commit, err)
 	}
 	return nil

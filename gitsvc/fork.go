@@ -85,16 +85,7 @@ func (s *Service) copySnapshot(ctx context.Context, from, r *Repo, commit string
 	if err != nil {
 		return fmt.Errorf("gitsvc: fork: list %s: %w", commit, err)
 	}
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.run(ctx, newCommand("pack-objects", "--stdout", "--quiet"), runOpts{repo: from, stdin: bytes.NewReader(list), stdout: pw})
-		pw.CloseWithError(err)
-		done <- err
-	}()
-	_, err = s.run(ctx, newCommand("index-pack", "--stdin"), runOpts{repo: r, stdin: pr})
-	pr.CloseWithError(io.ErrClosedPipe) // pack-objects stops if index-pack did
-	if err = errors.Join(<-done, err); err != nil {
+	if err := s.packInto(ctx, from, r, list); err != nil {
 		return fmt.Errorf("gitsvc: fork: copy %s: %w", commit, err)
 	}
 	// Appended: a fork brought up to a newer base keeps its older ones.
@@ -146,4 +137,21 @@ func (s *Service) Names(prefix string) ([]string, error) {
 		}
 	}
 	return names, nil
+}
+
+// packInto moves the objects list names (rev-list --objects output) from
+// one repository into another: git packs them in from, as from's owner,
+// and into indexes the pack, checking every object's name against its
+// content, as into's owner.
+func (s *Service) packInto(ctx context.Context, from, into *Repo, list []byte) error {
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.run(ctx, newCommand("pack-objects", "--stdout", "--quiet"), runOpts{repo: from, stdin: bytes.NewReader(list), stdout: pw})
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	_, err := s.run(ctx, newCommand("index-pack", "--stdin"), runOpts{repo: into, stdin: pr})
+	pr.CloseWithError(io.ErrClosedPipe) // pack-objects stops if index-pack did
+	return errors.Join(<-done, err)
 }

@@ -58,34 +58,17 @@ func (h *Changes) Rebase(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	location := views.URL("/projects", next.ProjectID, "sessions", next.ID).String()
-	if !views.WantsJSON(c.Request) {
-		views.Redirect(c, location)
-		return nil
-	}
 	if dropped == nil {
 		dropped = []string{}
 	}
-	c.Header("Location", location)
-	c.JSON(http.StatusCreated, gin.H{"id": next.ID, "baseCommit": next.BaseCommit, "dropped": dropped})
-	return nil
+	return answerMade(c, views.URL("/projects", next.ProjectID, "sessions", next.ID).String(), true,
+		gin.H{"id": next.ID, "baseCommit": next.BaseCommit, "dropped": dropped})
 }
 
 // answerChange answers a new or found Change: JSON for clients, its page
 // for browsers.
 func (h *Changes) answerChange(c *gin.Context, ch *models.Change, created bool) error {
-	location := changeURL(ch)
-	if !views.WantsJSON(c.Request) {
-		views.Redirect(c, location)
-		return nil
-	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-	}
-	c.Header("Location", location)
-	c.JSON(status, changeCreated{ChangeID: ch.ID, Status: ch.Status})
-	return nil
+	return answerMade(c, changeURL(ch), created, changeCreated{ChangeID: ch.ID, Status: ch.Status})
 }
 
 func changeURL(ch *models.Change) string {

@@ -62,18 +62,7 @@ func (h *EditSessions) Open(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	location := base(sess)
-	if !views.WantsJSON(c.Request) {
-		views.Redirect(c, location)
-		return nil
-	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-	}
-	c.Header("Location", location)
-	c.JSON(status, sessionView{Session: sess}.JSON())
-	return nil
+	return answerMade(c, base(sess), created, sessionView{Session: sess}.JSON())
 }
 
 // Page renders the session page.

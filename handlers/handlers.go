@@ -5,6 +5,7 @@ package handlers
 
 import (
 	"log/slog"
+	"net/http"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
@@ -69,4 +70,22 @@ func projectID(c *gin.Context) (int64, error) {
 		return 0, projects.ErrNotFound
 	}
 	return id, nil
+}
+
+// answerMade answers a request that made something at location, or found
+// the one an earlier request made: a browser is sent there; a client gets
+// body and the Location, with 201 when it is new and 200 when it was found,
+// so a retried request can tell the two apart.
+func answerMade(c *gin.Context, location string, created bool, body any) error {
+	if !views.WantsJSON(c.Request) {
+		views.Redirect(c, location)
+		return nil
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	c.Header("Location", location)
+	c.JSON(status, body)
+	return nil
 }
