@@ -22,20 +22,22 @@ import (
 )
 
 type bench struct {
-	sz   sizes
-	logw io.Writer
-	srv  *liveserver.Server
-	c    *liveserver.Client
-	tmp  string
+	sz       sizes
+	ttydSrc  string
+	logw     io.Writer
+	srv      *liveserver.Server
+	c        *liveserver.Client
+	tmp      string
+	stopTTYD func() // set while ttyd runs
 }
 
-func newBench(sz sizes, logw io.Writer) (*bench, error) {
+func newBench(sz sizes, ttydSrc string, logw io.Writer) (*bench, error) {
 	srv, err := liveserver.Start(logw, "ATELIER_SANDBOX_DISK_BYTES=0",
 		"ATELIER_IMPORT_MAX_BYTES="+strconv.Itoa(1<<30), "ATELIER_IMPORTS_PER_HOUR=1000")
 	if err != nil {
 		return nil, err
 	}
-	b := &bench{sz: sz, logw: logw, srv: srv}
+	b := &bench{sz: sz, ttydSrc: ttydSrc, logw: logw, srv: srv}
 	if b.c, err = liveserver.SignIn(srv.Base, "admin", liveserver.AdminPassword); err != nil {
 		srv.Stop()
 		return nil, err
@@ -48,6 +50,9 @@ func newBench(sz sizes, logw io.Writer) (*bench, error) {
 }
 
 func (b *bench) close() {
+	if b.stopTTYD != nil {
+		b.stopTTYD()
+	}
 	b.srv.Stop()
 	os.RemoveAll(b.tmp)
 }
@@ -75,17 +80,127 @@ func (b *bench) session(name string, archive []byte) (string, error) {
 	return fmt.Sprintf("/projects/%d/sessions/%s", id, s.ID), nil
 }
 
-// ttydNote says why ttyd's rows are empty: it would need a WebSocket
-// client and, where absent, its source and libwebsockets to build it.
-func ttydNote() string {
-	if _, err := exec.LookPath("ttyd"); err != nil {
-		return "ttyd: not measured (not installed, no package in this machine's sources)"
-	}
-	return "ttyd: not measured (no WebSocket client in this module)"
+// terminalRound is one round's terminal figures: latencies in seconds,
+// rates in bytes a second. ttyd's stay zero when it is not measured.
+type terminalRound struct {
+	atelierP50, atelierP99, atelierRate float64
+	rawP50, rawP99, rawRate             float64
+	ttydP50, ttydP99, ttydRate          float64
 }
 
-// terminal measures keystrokes and throughput in one shell.
+// terminal measures keystrokes and throughput on Atelier, the raw PTY and
+// ttyd, the three taking turns within each round so that a busy moment of
+// the machine falls on all of them.
 func (b *bench) terminal() ([]row, error) {
+	at, err := b.atelierTerminal()
+	if err != nil {
+		return nil, err
+	}
+	defer at.stop()
+
+	// The file cat prints holds printable lines (base64 text, so the
+	// cooked terminal passes every byte). Atelier's shell makes its own in
+	// its sandbox; the raw PTY and ttyd read one of the same size here.
+	raw := b.sz.catBytes / 4 * 3
+	if err := at.send(fmt.Sprintf("head -c %d /dev/urandom | base64 -w 100 > big.txt; printf 'REA%%sDY\\n' X\n", raw)); err != nil {
+		return nil, err
+	}
+	if err := at.waitFor([]byte("REAXDY"), 5*time.Minute); err != nil {
+		return nil, fmt.Errorf("bench: make the file: %w", err)
+	}
+	local := filepath.Join(b.tmp, "big.txt")
+	if err := writeCatFile(local, raw); err != nil {
+		return nil, err
+	}
+
+	tt, whyNot := b.ttydTerminal()
+	if tt != nil {
+		defer tt.stop()
+	}
+
+	keys := keyList(b.sz.keys)
+	var rounds []terminalRound
+	for i := range b.sz.rounds {
+		var r terminalRound
+		b.logf("round %d of %d: %d keystrokes each on Atelier, the raw PTY and ttyd", i+1, b.sz.rounds, len(keys))
+		lat, err := keystrokes(at, keys)
+		if err != nil {
+			return nil, fmt.Errorf("bench: atelier: %w", err)
+		}
+		r.atelierP50, r.atelierP99 = percentiles(lat)
+		if lat, err = rawKeystrokes(keys); err != nil {
+			return nil, err
+		}
+		r.rawP50, r.rawP99 = percentiles(lat)
+		if tt != nil {
+			if lat, err = keystrokes(tt, keys); err != nil {
+				return nil, fmt.Errorf("bench: ttyd: %w", err)
+			}
+			r.ttydP50, r.ttydP99 = percentiles(lat)
+		}
+
+		b.logf("round %d of %d: cat of %d MiB", i+1, b.sz.rounds, b.sz.catBytes>>20)
+		if r.atelierRate, err = catRate(at, "big.txt"); err != nil {
+			return nil, fmt.Errorf("bench: atelier: %w", err)
+		}
+		if r.rawRate, err = rawThroughput(local); err != nil {
+			return nil, err
+		}
+		if tt != nil {
+			if r.ttydRate, err = catRate(tt, local); err != nil {
+				return nil, fmt.Errorf("bench: ttyd: %w", err)
+			}
+		}
+		rounds = append(rounds, r)
+	}
+	_ = at.send("rm -f big.txt\n")
+	return terminalRows(rounds, len(keys), b.sz.catBytes, whyNot), nil
+}
+
+// terminalRows judges the medians of the rounds against the targets;
+// whyNot is set when ttyd was not measured.
+func terminalRows(rounds []terminalRound, keys int, catBytes int64, whyNot string) []row {
+	col := func(pick func(terminalRound) float64) figure {
+		f := make(figure, len(rounds))
+		for i, r := range rounds {
+			f[i] = pick(r)
+		}
+		return f
+	}
+	atP50, atP99, atRate := col(func(r terminalRound) float64 { return r.atelierP50 }),
+		col(func(r terminalRound) float64 { return r.atelierP99 }), col(func(r terminalRound) float64 { return r.atelierRate })
+	rawP50, rawP99, rawRate := col(func(r terminalRound) float64 { return r.rawP50 }),
+		col(func(r terminalRound) float64 { return r.rawP99 }), col(func(r terminalRound) float64 { return r.rawRate })
+	ttydP50, ttydP99, ttydRate := col(func(r terminalRound) float64 { return r.ttydP50 }),
+		col(func(r terminalRound) float64 { return r.ttydP99 }), col(func(r terminalRound) float64 { return r.ttydRate })
+
+	keyRow := row{measure: fmt.Sprintf("keystroke round trip (one byte → its echo, %d keys; Atelier: POST → SSE stream), p50 / p99", keys),
+		atelier: msFig(atP50) + " / " + msFig(atP99),
+		anchor:  "raw PTY " + msFig(rawP50) + " / " + msFig(rawP99) + "; ",
+		target:  "p50 ≤ 2 × ttyd's and ≤ 0.4 ms; p99 ≤ 2 × ttyd's"}
+	tputRow := row{measure: fmt.Sprintf("terminal throughput (cat of %d MiB, cooked terminal, client decoding base64 (Atelier) or WebSocket frames (ttyd))", catBytes>>20),
+		atelier: mbsFig(atRate),
+		anchor:  "raw PTY " + mbsFig(rawRate) + "; ",
+		target:  "≥ ttyd's and ≥ 0.85 of the raw PTY"}
+	p50, p99, rate := atP50.median(), atP99.median(), atRate.median()
+	if whyNot != "" {
+		keyRow.anchor += "ttyd: not measured (" + whyNot + ")"
+		keyRow.result = judge("ttyd's share not judged", atMost("p50", p50, 0.0004, "0.4 ms"))
+		tputRow.anchor += "ttyd: not measured (" + whyNot + ")"
+		tputRow.result = judge("ttyd's share not judged", shareOf(rate, rawRate.median(), 0.85, "raw"))
+		return []row{keyRow, tputRow}
+	}
+	keyRow.anchor += "ttyd " + msFig(ttydP50) + " / " + msFig(ttydP99)
+	keyRow.result = judge("", atMost("p50", p50, 0.0004, "0.4 ms"),
+		atMost("p50", p50, 2*ttydP50.median(), "2 × ttyd's"), atMost("p99", p99, 2*ttydP99.median(), "2 × ttyd's"))
+	tputRow.anchor += "ttyd " + mbsFig(ttydRate)
+	tputRow.result = judge("", shareOf(rate, ttydRate.median(), 1, "ttyd"), shareOf(rate, rawRate.median(), 0.85, "raw"))
+	return []row{keyRow, tputRow}
+}
+
+// atelierTerminal opens a session and a terminal in it, attached to its
+// stream.
+func (b *bench) atelierTerminal() (*shell, error) {
 	base, err := b.session("bench-terminal", nil)
 	if err != nil {
 		return nil, err
@@ -97,79 +212,88 @@ func (b *bench) terminal() ([]row, error) {
 	if err := b.c.PostJSON(base+"/terminals", url.Values{"cols": {"120"}, "rows": {"40"}}, &term); err != nil {
 		return nil, fmt.Errorf("bench: open terminal: %w", err)
 	}
-	t := &shell{c: b.c, base: base + "/terminals/" + term.ID, seq: term.NextSeq, out: make(chan []byte, 1024)}
+	t := &shell{stream: stream{out: make(chan []byte, 1024)}, c: b.c, base: base + "/terminals/" + term.ID, seq: term.NextSeq}
 	if err := t.attach(); err != nil {
 		return nil, err
 	}
-	defer t.stop()
+	return t, nil
+}
 
-	// Keystrokes go to cat in the cooked terminal, so the echo comes from
-	// the line discipline, as with the raw PTY below.
+// ttydTerminal finds or builds ttyd, starts it and opens a terminal on it,
+// or says why ttyd is not measured.
+func (b *bench) ttydTerminal() (t *ttydTerm, whyNot string) {
+	bin, whyNot := findTTYD(b.ttydSrc, b.logw)
+	if bin == "" {
+		b.logf("ttyd: not measured: %s", whyNot)
+		return nil, whyNot
+	}
+	srv, err := startTTYD(bin, b.tmp, b.logw)
+	if err != nil {
+		return nil, bin + " did not start: " + err.Error()
+	}
+	b.stopTTYD = srv.stop
+	if t, err = srv.open(120, 40); err != nil {
+		return nil, bin + " did not open a terminal: " + err.Error()
+	}
+	b.logf("ttyd: %s", bin)
+	return t, ""
+}
+
+// terminal is one terminal as a client sees it: keys go in, decoded output
+// comes out.
+type terminal interface {
+	send(keys string) error
+	waitFor(mark []byte, timeout time.Duration) error
+	settle()
+	resetCount()
+	count() int64
+}
+
+var _, _ terminal = (*shell)(nil), (*ttydTerm)(nil)
+
+// keystrokes types keys into cat in t's shell, one at a time, each when
+// the previous one's echo has come back. The echo comes from the line
+// discipline of the cooked terminal, as with the raw PTY.
+func keystrokes(t terminal, keys []byte) ([]time.Duration, error) {
 	if err := t.send("cat >/dev/null\n"); err != nil {
 		return nil, err
 	}
 	t.settle()
-	b.logf("keystrokes: %d over HTTP", b.sz.keys)
-	keys := keyList(b.sz.keys)
-	var lat []time.Duration
+	lat := make([]time.Duration, 0, len(keys))
 	for _, k := range keys {
 		start := time.Now()
 		if err := t.send(string(k)); err != nil {
 			return nil, err
 		}
 		if err := t.waitFor([]byte{echoOf(k)}, 10*time.Second); err != nil {
-			return nil, fmt.Errorf("bench: echo of key %q: %w", k, err)
+			return nil, fmt.Errorf("echo of key %q: %w", k, err)
 		}
 		lat = append(lat, time.Since(start))
 	}
-	rawLat, err := rawKeystrokes(keys)
-	if err != nil {
-		return nil, err
-	}
-	p50, p99 := liveserver.Percentile(lat, 50), liveserver.Percentile(lat, 99)
-	keyRow := row{measure: fmt.Sprintf("keystroke round trip (POST one byte → its echo on the SSE stream, %d keys), p50 / p99", len(keys)),
-		atelier: ms(p50) + " / " + ms(p99),
-		anchor:  "raw PTY " + ms(liveserver.Percentile(rawLat, 50)) + " / " + ms(liveserver.Percentile(rawLat, 99)) + "; " + ttydNote(),
-		target:  "p50 ≤ 2 × ttyd's and ≤ 0.4 ms; p99 ≤ 2 × ttyd's",
-		result:  atMost(p50.Seconds(), 0.0004, "0.4 ms") + "; ttyd's share not judged"}
-
-	// Throughput: cat of a file of printable lines (base64 text, so the
-	// cooked terminal passes every byte), until a mark the typed command
-	// line does not itself contain.
 	if err := t.send("\x03"); err != nil {
 		return nil, err
 	}
 	t.settle()
-	b.logf("throughput: cat of %d MiB", b.sz.catBytes>>20)
-	raw := b.sz.catBytes / 4 * 3
-	if err := t.send(fmt.Sprintf("head -c %d /dev/urandom | base64 -w 100 > big.txt; printf 'REA%%sDY\\n' X\n", raw)); err != nil {
-		return nil, err
-	}
-	if err := t.waitFor([]byte("REAXDY"), 5*time.Minute); err != nil {
-		return nil, fmt.Errorf("bench: make the file: %w", err)
-	}
+	return lat, nil
+}
+
+// catRate times cat of path in t's shell, until a mark the typed command
+// line does not itself contain, and answers the bytes a second received.
+func catRate(t terminal, path string) (float64, error) {
 	t.settle()
 	start := time.Now()
-	if err := t.send("cat big.txt; printf 'EN%sD\\n' X\n"); err != nil {
-		return nil, err
+	if err := t.send("cat " + path + "; printf 'EN%sD\\n' X\n"); err != nil {
+		return 0, err
 	}
-	t.received = 0
+	t.resetCount()
 	if err := t.waitFor([]byte("ENXD"), 10*time.Minute); err != nil {
-		return nil, fmt.Errorf("bench: cat: %w", err)
+		return 0, fmt.Errorf("cat: %w", err)
 	}
-	atelierRate := float64(t.received) / time.Since(start).Seconds()
-	_ = t.send("rm -f big.txt\n")
+	return float64(t.count()) / time.Since(start).Seconds(), nil
+}
 
-	rawRate, err := rawThroughput(filepath.Join(b.tmp, "big.txt"), raw)
-	if err != nil {
-		return nil, err
-	}
-	tputRow := row{measure: fmt.Sprintf("terminal throughput (cat of %d MiB, cooked terminal, client decoding base64)", b.sz.catBytes>>20),
-		atelier: mbs(atelierRate),
-		anchor:  "raw PTY " + mbs(rawRate) + "; " + ttydNote(),
-		target:  "≥ ttyd's and ≥ 0.85 of the raw PTY",
-		result:  shareOf(atelierRate, rawRate, 0.85, "raw") + "; ttyd's share not judged"}
-	return []row{keyRow, tputRow}, nil
+func percentiles(lat []time.Duration) (p50, p99 float64) {
+	return liveserver.Percentile(lat, 50).Seconds(), liveserver.Percentile(lat, 99).Seconds()
 }
 
 // keyList is the keys typed: letters, and a newline now and then so the
@@ -224,15 +348,16 @@ func rawKeystrokes(keys []byte) ([]time.Duration, error) {
 	return lat, nil
 }
 
-// rawThroughput writes a file like the terminal's and times cat of it on
-// a PTY of this process, read to the end.
-func rawThroughput(path string, raw int64) (float64, error) {
+// writeCatFile writes lines like those of base64 -w 100 of raw bytes: the
+// file the raw PTY and ttyd print.
+func writeCatFile(path string, raw int64) error {
 	f, err := os.Create(path)
 	if err != nil {
-		return 0, err
+		return err
 	}
+	defer f.Close()
 	enc := base64.StdEncoding
-	chunk := make([]byte, 75) // 100 characters a line, as base64 -w 100
+	chunk := make([]byte, 75) // 100 characters a line
 	line := make([]byte, 101)
 	w := bufio.NewWriter(f)
 	for left := raw; left > 0; left -= int64(len(chunk)) {
@@ -243,10 +368,14 @@ func rawThroughput(path string, raw int64) (float64, error) {
 		_, _ = w.Write(line[:m+1])
 	}
 	if err := w.Flush(); err != nil {
-		return 0, err
+		return err
 	}
-	f.Close()
-	defer os.Remove(path)
+	return f.Close()
+}
+
+// rawThroughput times cat of path on a PTY of this process, read to the
+// end.
+func rawThroughput(path string) (float64, error) {
 	cmd := exec.Command("cat", path)
 	start := time.Now()
 	p, err := pty.Start(cmd)
@@ -264,14 +393,23 @@ func rawThroughput(path string, raw int64) (float64, error) {
 // POSTed with sequence numbers, output read from the SSE stream and
 // decoded.
 type shell struct {
-	c        *liveserver.Client
-	base     string
-	seq      uint64
-	out      chan []byte
-	body     io.Closer
-	tail     []byte // the last bytes seen, for marks split across events
-	received int64  // bytes decoded since last reset
+	stream
+	c    *liveserver.Client
+	base string
+	seq  uint64
+	body io.Closer
 }
+
+// stream is a terminal's decoded output as it arrives, and what has been
+// looked at of it.
+type stream struct {
+	out      chan []byte
+	tail     []byte // the last bytes seen, for marks split across messages
+	received int64  // bytes since resetCount
+}
+
+func (s *stream) resetCount()  { s.received = 0 }
+func (s *stream) count() int64 { return s.received }
 
 func (s *shell) attach() error {
 	req, _ := http.NewRequest(http.MethodGet, s.c.Base+s.base+"/stream", nil)
@@ -330,7 +468,7 @@ func (s *shell) send(keys string) error {
 }
 
 // waitFor reads output until mark has appeared.
-func (s *shell) waitFor(mark []byte, timeout time.Duration) error {
+func (s *stream) waitFor(mark []byte, timeout time.Duration) error {
 	deadline := time.After(timeout)
 	for {
 		select {
@@ -355,7 +493,7 @@ func (s *shell) waitFor(mark []byte, timeout time.Duration) error {
 }
 
 // settle drops output until the shell has been quiet for a moment.
-func (s *shell) settle() {
+func (s *stream) settle() {
 	for {
 		select {
 		case <-s.out:
@@ -366,8 +504,15 @@ func (s *shell) settle() {
 	}
 }
 
+// commandRound is one round's command figures, in seconds.
+type commandRound struct {
+	smallP50, largeP50, checkout, importTime float64
+	bash, gitCommit, gitCheckout             float64
+}
+
 // commands measures imports, the first command's checkout and one-shot
-// commands on a small and a large project.
+// commands on a small and a large project. Each round imports the large
+// tree into a new project, so its import and first command are fresh.
 func (b *bench) commands() ([]row, error) {
 	small, err := makeTree(b.sz.smallFiles)
 	if err != nil {
@@ -377,76 +522,101 @@ func (b *bench) commands() ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-
-	b.logf("one-shot commands on %d files", b.sz.smallFiles)
 	smallBase, err := b.session("bench-small", small.archive)
 	if err != nil {
 		return nil, err
 	}
-	smallFirst, smallRuns, err := b.oneShots(smallBase)
-	if err != nil {
-		return nil, err
-	}
-	_ = smallFirst
-
-	b.logf("import of %d files (%d KiB .tar.gz)", b.sz.largeFiles, len(large.archive)>>10)
-	id, err := b.c.CreateProject("bench-large")
-	if err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	if err := b.c.Import(id, "large.tar.gz", large.archive); err != nil {
-		return nil, err
-	}
-	importTime := time.Since(start)
-	var s struct {
-		ID string `json:"id"`
-	}
-	if err := b.c.PostJSON(fmt.Sprintf("/projects/%d/sessions", id), nil, &s); err != nil {
-		return nil, fmt.Errorf("bench: open session: %w", err)
-	}
-	b.logf("one-shot commands on %d files", b.sz.largeFiles)
-	largeFirst, largeRuns, err := b.oneShots(fmt.Sprintf("/projects/%d/sessions/%s", id, s.ID))
-	if err != nil {
+	if _, _, err := b.oneShots(smallBase, 0); err != nil { // its checkout is not measured
 		return nil, err
 	}
 
-	b.logf("anchors: bash -c true, git add and commit, git checkout")
-	var bashRuns []time.Duration
-	for range b.sz.runs {
-		start := time.Now()
-		if err := exec.Command("bash", "-c", "true").Run(); err != nil {
+	var rounds []commandRound
+	for i := range b.sz.rounds {
+		var r commandRound
+		b.logf("round %d of %d: one-shot commands on %d files", i+1, b.sz.rounds, b.sz.smallFiles)
+		_, smallRuns, err := b.oneShots(smallBase, b.sz.runs)
+		if err != nil {
 			return nil, err
 		}
-		bashRuns = append(bashRuns, time.Since(start))
-	}
-	gitCommit, gitCheckout, err := gitAnchors(b.tmp, large)
-	if err != nil {
-		return nil, err
-	}
+		r.smallP50 = liveserver.Percentile(smallRuns, 50).Seconds()
 
-	smallP50, largeP50 := liveserver.Percentile(smallRuns, 50), liveserver.Percentile(largeRuns, 50)
-	checkout := max(largeFirst-largeP50, 0)
-	return []row{
-		{measure: fmt.Sprintf("one-shot `true`, %d-file project, p50 of %d", b.sz.smallFiles, len(smallRuns)),
-			atelier: ms(smallP50), anchor: "`bash -c true` " + ms(liveserver.Percentile(bashRuns, 50)),
-			target: "≤ 25 ms", result: atMost(smallP50.Seconds(), 0.025, "25 ms")},
-		{measure: fmt.Sprintf("one-shot `true`, %d-file project, p50 of %d", b.sz.largeFiles, len(largeRuns)),
-			atelier: ms(largeP50), anchor: fmt.Sprintf("%d-file project %s", b.sz.smallFiles, ms(smallP50)),
-			target: "≤ 1.2 × the small project's", result: atMost(largeP50.Seconds(), 1.2*smallP50.Seconds(), "1.2 × small")},
-		{measure: fmt.Sprintf("first command's checkout, %d files (first `true` less the p50)", b.sz.largeFiles),
-			atelier: ms(checkout), anchor: "`git checkout` " + ms(gitCheckout),
-			target: "≤ 1.5 × `git checkout`", result: atMost(checkout.Seconds(), 1.5*gitCheckout.Seconds(), "1.5 × git")},
-		{measure: fmt.Sprintf("import, %d files (%.1f MiB .tar.gz over HTTP)", b.sz.largeFiles, float64(len(large.archive))/(1<<20)),
-			atelier: ms(importTime), anchor: "`git init && git add -A && git commit` " + ms(gitCommit),
-			target: "≤ 2 × git", result: atMost(importTime.Seconds(), 2*gitCommit.Seconds(), "2 × git")},
-	}, nil
+		b.logf("round %d of %d: import of %d files (%d KiB .tar.gz)", i+1, b.sz.rounds, b.sz.largeFiles, len(large.archive)>>10)
+		id, err := b.c.CreateProject(fmt.Sprintf("bench-large-%d", i+1))
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if err := b.c.Import(id, "large.tar.gz", large.archive); err != nil {
+			return nil, err
+		}
+		r.importTime = time.Since(start).Seconds()
+		var s struct {
+			ID string `json:"id"`
+		}
+		if err := b.c.PostJSON(fmt.Sprintf("/projects/%d/sessions", id), nil, &s); err != nil {
+			return nil, fmt.Errorf("bench: open session: %w", err)
+		}
+		b.logf("round %d of %d: one-shot commands on %d files", i+1, b.sz.rounds, b.sz.largeFiles)
+		largeFirst, largeRuns, err := b.oneShots(fmt.Sprintf("/projects/%d/sessions/%s", id, s.ID), b.sz.runs)
+		if err != nil {
+			return nil, err
+		}
+		largeP50 := liveserver.Percentile(largeRuns, 50)
+		r.largeP50 = largeP50.Seconds()
+		r.checkout = max(largeFirst-largeP50, 0).Seconds()
+
+		b.logf("round %d of %d: anchors: bash -c true, git add and commit, git checkout", i+1, b.sz.rounds)
+		var bashRuns []time.Duration
+		for range b.sz.runs {
+			start := time.Now()
+			if err := exec.Command("bash", "-c", "true").Run(); err != nil {
+				return nil, err
+			}
+			bashRuns = append(bashRuns, time.Since(start))
+		}
+		r.bash = liveserver.Percentile(bashRuns, 50).Seconds()
+		commit, checkout, err := gitAnchors(filepath.Join(b.tmp, fmt.Sprintf("git-%d", i+1)), large)
+		if err != nil {
+			return nil, err
+		}
+		r.gitCommit, r.gitCheckout = commit.Seconds(), checkout.Seconds()
+		rounds = append(rounds, r)
+	}
+	return b.commandRows(rounds, len(large.archive)), nil
 }
 
-// oneShots runs `true` once (the first, which builds the checkout) and
-// then sz.runs times.
-func (b *bench) oneShots(base string) (first time.Duration, runs []time.Duration, err error) {
-	for i := range b.sz.runs + 1 {
+func (b *bench) commandRows(rounds []commandRound, archiveBytes int) []row {
+	col := func(pick func(commandRound) float64) figure {
+		f := make(figure, len(rounds))
+		for i, r := range rounds {
+			f[i] = pick(r)
+		}
+		return f
+	}
+	small, large := col(func(r commandRound) float64 { return r.smallP50 }), col(func(r commandRound) float64 { return r.largeP50 })
+	checkout, imp := col(func(r commandRound) float64 { return r.checkout }), col(func(r commandRound) float64 { return r.importTime })
+	bash := col(func(r commandRound) float64 { return r.bash })
+	gitCommit, gitCheckout := col(func(r commandRound) float64 { return r.gitCommit }), col(func(r commandRound) float64 { return r.gitCheckout })
+	return []row{
+		{measure: fmt.Sprintf("one-shot `true`, %d-file project, p50 of %d", b.sz.smallFiles, b.sz.runs),
+			atelier: msFig(small), anchor: "`bash -c true` " + msFig(bash),
+			target: "≤ 25 ms", result: judge("", atMost("", small.median(), 0.025, "25 ms"))},
+		{measure: fmt.Sprintf("one-shot `true`, %d-file project, p50 of %d", b.sz.largeFiles, b.sz.runs),
+			atelier: msFig(large), anchor: fmt.Sprintf("%d-file project %s", b.sz.smallFiles, msFig(small)),
+			target: "≤ 1.2 × the small project's", result: judge("", atMost("", large.median(), 1.2*small.median(), "1.2 × small"))},
+		{measure: fmt.Sprintf("first command's checkout, %d files (first `true` less the p50)", b.sz.largeFiles),
+			atelier: msFig(checkout), anchor: "`git checkout` " + msFig(gitCheckout),
+			target: "≤ 1.5 × `git checkout`", result: judge("", atMost("", checkout.median(), 1.5*gitCheckout.median(), "1.5 × git"))},
+		{measure: fmt.Sprintf("import, %d files (%.1f MiB .tar.gz over HTTP)", b.sz.largeFiles, float64(archiveBytes)/(1<<20)),
+			atelier: msFig(imp), anchor: "`git init && git add -A && git commit` " + msFig(gitCommit),
+			target: "≤ 2 × git", result: judge("", atMost("", imp.median(), 2*gitCommit.median(), "2 × git"))},
+	}
+}
+
+// oneShots runs `true` once (the first, which builds the checkout when the
+// session has none yet) and then n times.
+func (b *bench) oneShots(base string, n int) (first time.Duration, runs []time.Duration, err error) {
+	for i := range n + 1 {
 		var res struct {
 			ExitCode int `json:"exitCode"`
 		}
@@ -470,8 +640,8 @@ func (b *bench) oneShots(base string) (first time.Duration, runs []time.Duration
 // gitAnchors writes the tree to disk, times git init, add and commit of
 // it, then times git checkout of that commit into a fresh clone that
 // shares its objects.
-func gitAnchors(tmp string, tr *tree) (commit, checkout time.Duration, err error) {
-	src := filepath.Join(tmp, "git-src")
+func gitAnchors(dir string, tr *tree) (commit, checkout time.Duration, err error) {
+	src := filepath.Join(dir, "src")
 	if err := tr.write(src); err != nil {
 		return 0, 0, err
 	}
@@ -491,7 +661,7 @@ func gitAnchors(tmp string, tr *tree) (commit, checkout time.Duration, err error
 		}
 	}
 	commit = time.Since(start)
-	dst := filepath.Join(tmp, "git-dst")
+	dst := filepath.Join(dir, "dst")
 	if err := exec.Command("git", "clone", "-q", "--shared", "--no-checkout", src, dst).Run(); err != nil {
 		return 0, 0, fmt.Errorf("bench: git clone: %w", err)
 	}
@@ -502,27 +672,61 @@ func gitAnchors(tmp string, tr *tree) (commit, checkout time.Duration, err error
 	return commit, time.Since(start), nil
 }
 
-func ms(d time.Duration) string {
-	if d < 10*time.Millisecond {
-		return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
+// msNum is seconds as milliseconds, with two decimals below 10 ms.
+func msNum(sec float64) string {
+	if sec < 0.010 {
+		return fmt.Sprintf("%.2f", sec*1000)
 	}
-	return fmt.Sprintf("%.0f ms", float64(d.Milliseconds()))
+	return fmt.Sprintf("%.0f", sec*1000)
 }
 
-func mbs(bytesPerSecond float64) string { return fmt.Sprintf("%.1f MB/s", bytesPerSecond/1e6) }
+func msFig(f figure) string { return f.show(msNum, "ms") }
 
-// atMost judges a figure against an upper bound.
-func atMost(got, bound float64, name string) string {
-	if got <= bound {
-		return "met (≤ " + name + ")"
+func mbsFig(f figure) string {
+	return f.show(func(rate float64) string { return fmt.Sprintf("%.1f", rate/1e6) }, "MB/s")
+}
+
+// verdict is one figure judged against one bound.
+type verdict struct {
+	ok   bool
+	text string
+}
+
+// atMost judges a figure against an upper bound; what names the figure
+// when a row judges more than one.
+func atMost(what string, got, bound float64, name string) verdict {
+	prefix := ""
+	if what != "" {
+		prefix = what + " "
 	}
-	return fmt.Sprintf("misses: %.1f × %s", got/bound, name)
+	if got <= bound {
+		return verdict{true, prefix + "≤ " + name}
+	}
+	return verdict{false, fmt.Sprintf("%s%.1f × %s", prefix, got/bound, name)}
 }
 
 // shareOf judges a rate against the least share of its anchor's.
-func shareOf(got, anchor, least float64, name string) string {
+func shareOf(got, anchor, least float64, name string) verdict {
 	if got >= least*anchor {
-		return fmt.Sprintf("met (%.2f of %s)", got/anchor, name)
+		return verdict{true, fmt.Sprintf("%.2f of %s", got/anchor, name)}
 	}
-	return fmt.Sprintf("misses: %.2f of %s, short of %.2f", got/anchor, name, least)
+	return verdict{false, fmt.Sprintf("%.2f of %s, short of %.2f", got/anchor, name, least)}
+}
+
+// judge is a row's result: "met" when every verdict is, else "misses", then
+// each verdict and the note.
+func judge(note string, vs ...verdict) string {
+	met := true
+	texts := make([]string, 0, len(vs)+1)
+	for _, v := range vs {
+		met = met && v.ok
+		texts = append(texts, v.text)
+	}
+	if note != "" {
+		texts = append(texts, note)
+	}
+	if met {
+		return "met (" + strings.Join(texts, "; ") + ")"
+	}
+	return "misses: " + strings.Join(texts, "; ")
 }

@@ -1,19 +1,24 @@
 package main
 
 import (
+	"io"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
 
 // TestShortBench runs every measure at small sizes against a real server,
 // so the bench command keeps working as the server changes; the figures
-// are not judged here, on a machine shared with other tests.
+// are not judged here, on a machine shared with other tests. ttyd is
+// measured when it is on PATH or its source is named by ATELIER_TTYD_SRC;
+// otherwise its rows must say why not.
 func TestShortBench(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("precondition: root, since the embedded PostgreSQL runs as the postgres account")
 	}
-	table, err := run(sizesFor(true), os.Stderr)
+	table, err := run(sizesFor(true), os.Getenv(ttydSrcEnv), os.Stderr)
 	t.Log("\n" + table)
 	if err != nil {
 		t.Fatal(err)
@@ -25,5 +30,105 @@ func TestShortBench(t *testing.T) {
 	}
 	if strings.Count(table, "| met")+strings.Count(table, "| misses") != 6 {
 		t.Errorf("every row must be judged against its target:\n%s", table)
+	}
+	for _, measure := range []string{"keystroke round trip", "terminal throughput"} {
+		checkTTYDShare(t, measure, rowOf(table, measure))
+	}
+}
+
+var (
+	ttydMeasured    = regexp.MustCompile(`ttyd \d+\.\d+ (ms|MB/s)`)
+	ttydNotMeasured = regexp.MustCompile(`ttyd: not measured \([^)]+\)`)
+)
+
+// checkTTYDShare wants a terminal row either to show ttyd's figure and
+// judge against it, or to say why ttyd is not measured.
+func checkTTYDShare(t *testing.T, measure, line string) {
+	t.Helper()
+	cells := strings.Split(strings.Trim(line, "| "), " | ")
+	if len(cells) != 5 {
+		t.Fatalf("%s: want 5 cells:\n%s", measure, line)
+	}
+	anchor, result := cells[2], cells[4]
+	switch {
+	case ttydMeasured.MatchString(anchor):
+		if !strings.Contains(result, "ttyd") || strings.Contains(result, "not judged") {
+			t.Errorf("%s: ttyd measured but not judged against:\n%s", measure, line)
+		}
+	case ttydNotMeasured.MatchString(anchor):
+		if !strings.Contains(result, "ttyd's share not judged") {
+			t.Errorf("%s: ttyd not measured, yet the result does not say its share is unjudged:\n%s", measure, line)
+		}
+	default:
+		t.Errorf("%s: the row neither measures ttyd nor says why not:\n%s", measure, line)
+	}
+}
+
+func rowOf(table, measure string) string {
+	for line := range strings.SplitSeq(table, "\n") {
+		if strings.HasPrefix(line, "| "+measure) {
+			return line
+		}
+	}
+	return ""
+}
+
+// TestTTYDNotFoundSaysWhy: without ttyd on PATH, each way of not having it
+// gives the table a reason a person can act on, and nothing is built.
+func TestTTYDNotFoundSaysWhy(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	notSource := t.TempDir()
+	source := t.TempDir()
+	if err := os.WriteFile(filepath.Join(source, "CMakeLists.txt"), []byte("project(ttyd C)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ src, want string }{
+		{"", "no source to build it from: give -ttyd-src or ATELIER_TTYD_SRC"},
+		{notSource, notSource + " is not ttyd's source (no CMakeLists.txt)"},
+		{source, "no cmake to build it from " + source},
+	} {
+		bin, why := findTTYD(tc.src, io.Discard)
+		if bin != "" || !strings.Contains(why, tc.want) {
+			t.Errorf("source %q: got %q, %q; want no binary and a reason with %q", tc.src, bin, why, tc.want)
+		}
+	}
+}
+
+// TestTTYDBuiltOnceIsReused: a binary already in the cache folder is used
+// without building, so a second run does not pay for the build.
+func TestTTYDBuiltOnceIsReused(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	dir, err := ttydCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cached := filepath.Join(dir, "ttyd")
+	if err := os.WriteFile(cached, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The source folder is not even ttyd's: the cache answers first.
+	if bin, why := findTTYD(t.TempDir(), io.Discard); bin != cached {
+		t.Errorf("got %q (%s), want the cached %s", bin, why, cached)
+	}
+}
+
+func TestJudgeAndRounds(t *testing.T) {
+	f := figure{0.003, 0.001, 0.002}
+	if got := msFig(f); got != "2.00 ms (1.00–3.00)" {
+		t.Errorf("msFig = %q", got)
+	}
+	if got := msFig(figure{0.25}); got != "250 ms" {
+		t.Errorf("one round: msFig = %q, want no spread", got)
+	}
+	if got := judge("", atMost("p50", 0.0003, 0.0004, "0.4 ms"), atMost("p99", 0.003, 0.001, "2 × ttyd's")); got != "misses: p50 ≤ 0.4 ms; p99 3.0 × 2 × ttyd's" {
+		t.Errorf("judge = %q", got)
+	}
+	if got := judge("note", shareOf(50, 40, 1, "ttyd")); got != "met (1.25 of ttyd; note)" {
+		t.Errorf("judge = %q", got)
 	}
 }

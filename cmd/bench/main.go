@@ -5,8 +5,12 @@
 // ttyd, bash -c true, git checkout, git add and commit of the same tree)
 // and the target of issue 15, with how far it misses.
 //
-//	go run ./cmd/bench          # the sizes of issue 15
-//	go run ./cmd/bench -short   # a few seconds of measuring, for CI
+// Every figure is the median of a few rounds, with the lowest and highest
+// beside it.
+//
+//	go run ./cmd/bench                          # the sizes of issue 15, 3 rounds
+//	go run ./cmd/bench -ttyd-src /path/to/ttyd  # and build ttyd when it is not on PATH
+//	go run ./cmd/bench -short                   # a few seconds of measuring, 1 round, for CI
 package main
 
 import (
@@ -14,13 +18,20 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 )
 
 func main() {
-	short := flag.Bool("short", false, "small sizes, to check that every row still measures (CI)")
+	short := flag.Bool("short", false, "small sizes and 1 round, to check that every row still measures (CI)")
+	rounds := flag.Int("rounds", 0, "rounds of every measure, the median printed (default 3, or 1 with -short)")
+	ttydSrc := flag.String("ttyd-src", os.Getenv(ttydSrcEnv), "ttyd's source folder, built into the user's cache folder when ttyd is not on PATH (default $"+ttydSrcEnv+")")
 	flag.Parse()
-	table, err := run(sizesFor(*short), os.Stderr)
+	sz := sizesFor(*short)
+	if *rounds > 0 {
+		sz.rounds = *rounds
+	}
+	table, err := run(sz, *ttydSrc, os.Stderr)
 	fmt.Print(table)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -30,6 +41,7 @@ func main() {
 
 // sizes are one run's workload.
 type sizes struct {
+	rounds     int   // of every measure; the table shows the median
 	keys       int   // keystrokes timed
 	catBytes   int64 // size of the file cat prints
 	runs       int   // one-shot commands timed on each project
@@ -39,9 +51,9 @@ type sizes struct {
 
 func sizesFor(short bool) sizes {
 	if short {
-		return sizes{keys: 40, catBytes: 1 << 20, runs: 5, smallFiles: 10, largeFiles: 200}
+		return sizes{rounds: 1, keys: 40, catBytes: 1 << 20, runs: 5, smallFiles: 10, largeFiles: 200}
 	}
-	return sizes{keys: 2000, catBytes: 64 << 20, runs: 30, smallFiles: 10, largeFiles: 11500}
+	return sizes{rounds: 3, keys: 2000, catBytes: 64 << 20, runs: 30, smallFiles: 10, largeFiles: 11500}
 }
 
 // row is one line of the table.
@@ -50,13 +62,42 @@ type row struct {
 }
 
 func (r row) String() string {
-	return fmt.Sprintf("| %s | %s | %s | %s | %s |\n", r.measure, r.atelier, r.anchor, r.target, r.result)
+	cells := []string{r.measure, r.atelier, r.anchor, r.target, r.result}
+	for i, c := range cells {
+		cells[i] = strings.ReplaceAll(c, "|", "/") // a reason quoting a tool must not split the row
+	}
+	return "| " + strings.Join(cells, " | ") + " |\n"
+}
+
+// figure is one measure's value in each round: seconds, or bytes a second.
+type figure []float64
+
+func (f figure) median() float64 {
+	if len(f) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(f))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// show is the median with its unit and, over several rounds, the lowest
+// and highest in brackets: "0.41 ms (0.38–0.52)".
+func (f figure) show(num func(float64) string, unit string) string {
+	out := num(f.median()) + " " + unit
+	if len(f) > 1 {
+		out += " (" + num(slices.Min(f)) + "–" + num(slices.Max(f)) + ")"
+	}
+	return out
 }
 
 // run measures everything and renders the table. A row that could not be
 // measured at all is an error: the command has rotted.
-func run(sz sizes, logw io.Writer) (string, error) {
-	b, err := newBench(sz, logw)
+func run(sz sizes, ttydSrc string, logw io.Writer) (string, error) {
+	b, err := newBench(sz, ttydSrc, logw)
 	if err != nil {
 		return "", err
 	}
@@ -70,7 +111,11 @@ func run(sz sizes, logw io.Writer) (string, error) {
 		rows = append(rows, rs...)
 	}
 	var out strings.Builder
-	out.WriteString("| measure | Atelier | anchor, same run | target | result |\n|---|---|---|---|---|\n")
+	measure := "measure (one round)"
+	if sz.rounds > 1 {
+		measure = fmt.Sprintf("measure, median of %d rounds (lowest–highest)", sz.rounds)
+	}
+	out.WriteString("| " + measure + " | Atelier | anchor, same run | target | result |\n|---|---|---|---|---|\n")
 	for _, r := range rows {
 		out.WriteString(r.String())
 	}

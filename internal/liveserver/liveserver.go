@@ -61,12 +61,10 @@ func Start(logw io.Writer, env ...string) (*Server, error) {
 	if err := os.Mkdir(data, 0o711); err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		return nil, err
@@ -92,6 +90,17 @@ func Start(logw io.Writer, env ...string) (*Server, error) {
 	}
 	s.Stop()
 	return nil, fmt.Errorf("liveserver: server did not answer /healthz within 3 minutes (log in %s)", logf.Name())
+}
+
+// FreeAddr is a loopback host:port nothing listens on now, for a server
+// this process starts next.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("liveserver: free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // Stop ends the server with SIGINT so it stops its PostgreSQL, then removes
