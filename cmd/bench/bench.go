@@ -116,6 +116,8 @@ func (b *bench) terminal() ([]row, error) {
 	tt, whyNot := b.ttydTerminal()
 	if tt != nil {
 		defer tt.stop()
+	} else if whyNot == "" {
+		return nil, errors.New("bench: ttyd neither opened nor said why not")
 	}
 
 	keys := keyList(b.sz.keys)
@@ -702,7 +704,11 @@ func atMost(what string, got, bound float64, name string) verdict {
 	if got <= bound {
 		return verdict{true, prefix + "≤ " + name}
 	}
-	return verdict{false, fmt.Sprintf("%s%.1f × %s", prefix, got/bound, name)}
+	ratio := fmt.Sprintf("%.1f", got/bound)
+	if got/bound < 2 { // a near miss is not rounded into "1.0 ×"
+		ratio = fmt.Sprintf("%.2f", got/bound)
+	}
+	return verdict{false, prefix + ratio + " × " + name}
 }
 
 // shareOf judges a rate against the least share of its anchor's.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -37,7 +38,7 @@ func TestShortBench(t *testing.T) {
 }
 
 var (
-	ttydMeasured    = regexp.MustCompile(`ttyd \d+\.\d+ (ms|MB/s)`)
+	ttydMeasured    = regexp.MustCompile(`ttyd (\d+\.\d+) (ms|MB/s)`)
 	ttydNotMeasured = regexp.MustCompile(`ttyd: not measured \([^)]+\)`)
 )
 
@@ -52,6 +53,9 @@ func checkTTYDShare(t *testing.T, measure, line string) {
 	anchor, result := cells[2], cells[4]
 	switch {
 	case ttydMeasured.MatchString(anchor):
+		if figure, _ := strconv.ParseFloat(ttydMeasured.FindStringSubmatch(anchor)[1], 64); figure <= 0 {
+			t.Errorf("%s: ttyd's figure is not a measurement:\n%s", measure, line)
+		}
 		if !strings.Contains(result, "ttyd") || strings.Contains(result, "not judged") {
 			t.Errorf("%s: ttyd measured but not judged against:\n%s", measure, line)
 		}
@@ -127,6 +131,9 @@ func TestJudgeAndRounds(t *testing.T) {
 	}
 	if got := judge("", atMost("p50", 0.0003, 0.0004, "0.4 ms"), atMost("p99", 0.003, 0.001, "2 × ttyd's")); got != "misses: p50 ≤ 0.4 ms; p99 3.0 × 2 × ttyd's" {
 		t.Errorf("judge = %q", got)
+	}
+	if got := judge("", atMost("p50", 0.000401, 0.0004, "0.4 ms")); got != "misses: p50 1.00 × 0.4 ms" {
+		t.Errorf("a near miss: judge = %q", got)
 	}
 	if got := judge("note", shareOf(50, 40, 1, "ttyd")); got != "met (1.25 of ttyd; note)" {
 		t.Errorf("judge = %q", got)
