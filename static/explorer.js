@@ -218,6 +218,12 @@
       return li;
     }
 
+    // focusCurrent puts the focus back on the tree's Tab stop.
+    function focusCurrent() {
+      const item = current() || pane.querySelector('[role="treeitem"]');
+      if (item) tree.focusItem(pane, item);
+    }
+
     async function focusPath(path) {
       const item = tree.findItem(pane, path);
       if (item) tree.focusItem(pane, item);
@@ -237,16 +243,13 @@
         editing = null;
         for (const p of Array.from(pending)) if (path.startsWith(p + "/")) pending.delete(p);
         await refresh();
+        // The new file is selected in the tree; a workbench opens it in a
+        // tab, else Enter does.
+        await focusPath(path);
         const wb = workbench();
-        if (wb) {
-          await focusPath(path);
-          wb.open(path);
-        } else {
-          const item = await focusPath(path);
-          if (item && item.matches("a.open-file")) item.click();
-        }
+        if (wb) wb.open(path);
         return null;
-      }, () => { li.remove(); showEmpty(list); });
+      }, () => { li.remove(); showEmpty(list); focusCurrent(); });
     }
 
     async function newFolder(dir) {
@@ -263,7 +266,7 @@
         showPending();
         newFile(path); // the folder is kept once it holds a file
         return null;
-      }, () => { li.remove(); showEmpty(list); });
+      }, () => { li.remove(); showEmpty(list); focusCurrent(); });
     }
 
     function rename(item) {
@@ -354,6 +357,7 @@
         if (!(await focusPath(path))) {
           const parent = tree.findItem(pane, dirOf(path));
           if (parent) tree.focusItem(pane, parent);
+          else focusCurrent();
         }
       });
       yes.focus();
