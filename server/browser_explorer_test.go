@@ -31,7 +31,8 @@ func tabUntil(predicate string, shift bool) chromedp.Action[chromedp.Void] {
 
 // With the keyboard alone a person walks the session's tree, makes a file
 // inline, renames it inline, deletes it and a base file inline (seeing the
-// change marks), sees a bad name refused in place, and opens a file.
+// change marks), sees a bad name refused in place, restores the base file,
+// makes a folder (pending until its first file) and opens a file.
 func TestBrowserExplorer(t *testing.T) {
 	h := newHarness(t)
 	owner, id := browsable(t, h)
@@ -87,6 +88,11 @@ func TestBrowserExplorer(t *testing.T) {
 		showsText(`#session-tree li.deleted[data-path="README.md"] .mark`, "D"),
 		untilPage(`getComputedStyle(document.querySelector('#session-tree li.deleted[data-path="README.md"] .deleted-file')).textDecorationLine === "line-through"`),
 		showsText(`#changes`, "README.md"),
+		// Enter on a deleted file offers to restore it; Escape declines.
+		chromedp.KeyEvent(kb.Enter),
+		untilPage(`document.activeElement.matches('#session-tree li[data-path="README.md"] .inline-confirm button[data-confirm]')`),
+		chromedp.KeyEvent(kb.Escape),
+		focusedOn("README.md"),
 
 		// A bad name is refused in place with the server's reason, and
 		// the input stays for a better one.
@@ -101,12 +107,34 @@ func TestBrowserExplorer(t *testing.T) {
 		untilPage(`!document.querySelector('#session-tree li.new-item')`),
 		untilPage(inTree),
 
-		// Walk down into a folder and open a file with Enter.
+		// This time Enter restores it.
+		focusedOn("README.md"),
+		chromedp.KeyEvent(kb.Enter),
+		untilPage(`document.activeElement.matches('#session-tree li[data-path="README.md"] .inline-confirm button[data-confirm]')`),
+		chromedp.KeyEvent(kb.Enter),
+		shows(`#session-tree li.file:not(.deleted) > a[data-path="README.md"]`),
+		focusedOn("README.md"),
+
+		// Walk down into a folder; a new folder there is pending until its
+		// first file, typed inside it, makes it real.
 		chromedp.KeyEvent(kb.Home), focusedOn("cmd"),
 		chromedp.KeyEvent(kb.ArrowRight), shows(`#session-tree summary[data-path="cmd/tool"]`),
 		chromedp.KeyEvent(kb.ArrowRight), focusedOn("cmd/tool"),
 		chromedp.KeyEvent(kb.ArrowRight), shows(`#session-tree a[data-path="cmd/tool/main.go"]`),
-		chromedp.KeyEvent(kb.ArrowRight), focusedOn("cmd/tool/flags.go"),
+		tabUntil(`document.activeElement.matches('#session-tree [data-act="new-folder"]')`, true),
+		chromedp.KeyEvent(kb.Enter),
+		shows(`#session-tree li.new-item .inline-edit input`),
+		chromedp.KeyEvent("docs"),
+		chromedp.KeyEvent(kb.Enter),
+		showsText(`#session-tree li.pending[data-path="cmd/tool/docs"]`, "kept when a file is added"),
+		untilPage(`document.activeElement.matches('#session-tree li.pending[data-path="cmd/tool/docs"] li.new-item input')`),
+		chromedp.KeyEvent("a.md"),
+		chromedp.KeyEvent(kb.Enter),
+		focusedOn("cmd/tool/docs/a.md"),
+		untilPage(`!document.querySelector('#session-tree li.pending') && !!document.querySelector('#session-tree summary[data-path="cmd/tool/docs"]')`),
+
+		// And opens a file with Enter.
+		chromedp.KeyEvent(kb.ArrowDown), focusedOn("cmd/tool/flags.go"),
 		chromedp.KeyEvent(kb.ArrowDown), focusedOn("cmd/tool/main.go"),
 		chromedp.KeyEvent(kb.Enter),
 		shows(`#session-tree a[data-path="cmd/tool/main.go"][aria-current="true"]`),
@@ -117,8 +145,11 @@ func TestBrowserExplorer(t *testing.T) {
 	if _, _, status := owner.read(base, "todo.txt"); status != 404 {
 		t.Fatalf("todo.txt after its deletion: %d", status)
 	}
-	if _, _, status := owner.read(base, "README.md"); status != 404 {
-		t.Fatalf("README.md after its deletion: %d", status)
+	if body, _, status := owner.read(base, "README.md"); status != 200 || body != "# Browse\n" {
+		t.Fatalf("README.md after its restoration: %d %q", status, body)
+	}
+	if body, _, status := owner.read(base, "cmd/tool/docs/a.md"); status != 200 || body != "" {
+		t.Fatalf("the file made in a new folder: %d %q", status, body)
 	}
 }
 

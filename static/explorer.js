@@ -242,6 +242,7 @@
         if (!res.ok) return res.body;
         editing = null;
         for (const p of Array.from(pending)) if (path.startsWith(p + "/")) pending.delete(p);
+        for (let d = dirOf(path); d; d = dirOf(d)) alsoOpen.push(d);
         await refresh();
         // The new file is selected in the tree; a workbench opens it in a
         // tab, else Enter does.
@@ -291,29 +292,26 @@
       }, () => { tree.focusItem(pane, item); });
     }
 
-    function confirmDelete(item) {
-      const path = item.dataset.path;
-      const kind = item.dataset.kind;
-      const li = item.closest("li");
-      if (item.dataset.status === "deleted") return;
-      if (kind === "pending") {
-        pending.delete(path);
-        li.remove();
-        return;
-      }
+    // confirmInline asks in item's row; act() resolves to null when done
+    // or to the refusal's body, shown in place.
+    function confirmInline(item, text, label, act) {
       finish();
-      const wb = workbench();
+      // Opened by a key, the answer waits for that key's release: the
+      // Enter that asked must not also answer.
+      let armed = !keyDown;
+      if (!armed) document.addEventListener("keyup", () => { armed = true; }, { once: true, capture: true });
+      const li = item.closest("li");
       const box = document.createElement("span");
       box.className = "inline-confirm";
       box.setAttribute("role", "group");
-      box.setAttribute("aria-label", "Confirm deletion");
+      box.setAttribute("aria-label", "Confirm: " + label);
       const question = document.createElement("span");
-      question.textContent = (kind === "dir" ? "Delete the folder " + nameOf(path) + " and its files?" : "Delete " + nameOf(path) + "?") +
-        (wb && kind !== "dir" && wb.isDirty(path) ? " Its unsaved changes are lost." : "");
+      question.textContent = text;
       const yes = document.createElement("button");
       yes.type = "button";
-      yes.className = "danger";
-      yes.textContent = "Delete";
+      yes.className = label === "Delete" ? "danger" : "";
+      yes.dataset.confirm = "yes";
+      yes.textContent = label;
       const no = document.createElement("button");
       no.type = "button";
       no.className = "secondary";
@@ -325,31 +323,72 @@
       box.append(question, " ", yes, " ", no, problem);
       li.appendChild(box);
       li.classList.add("confirming");
-      const cancel = () => {
-        box.remove();
-        li.classList.remove("confirming");
+      editing = {
+        cancel: () => {
+          box.remove();
+          li.classList.remove("confirming");
+        },
       };
-      editing = { cancel };
       const back = () => { finish(); tree.focusItem(pane, item); };
       no.addEventListener("click", back);
       box.addEventListener("keydown", (event) => {
-        event.stopPropagation();
+        event.stopPropagation(); // the tree's keys are not for the buttons
         if (event.key === "Escape") {
           event.preventDefault();
           back();
         }
       });
       yes.addEventListener("click", async () => {
+        if (!armed) return;
         yes.disabled = true;
+        const refused = await act();
+        yes.disabled = false;
+        if (refused) {
+          showProblem(problem, refused);
+          yes.focus();
+        }
+      });
+      yes.focus();
+    }
+
+    // confirmRestore brings back a deleted file, or the base's text of a
+    // modified one.
+    function confirmRestore(item) {
+      const path = item.dataset.path;
+      const deleted = item.dataset.status === "deleted";
+      const text = deleted ? "Restore " + nameOf(path) + " as it is in the base?"
+        : "Revert " + nameOf(path) + " to the base? Your saved changes to it are lost.";
+      confirmInline(item, text, deleted ? "Restore" : "Revert", async () => {
+        const res = await send("POST", "revert", { path });
+        if (!res.ok) return res.body;
+        editing = null;
+        const wb = workbench();
+        if (wb && !deleted && !wb.isDirty(path)) wb.closeTab(path); // its text is the base's again
+        await refresh();
+        focusPath(path);
+        return null;
+      });
+    }
+
+    function confirmDelete(item) {
+      const path = item.dataset.path;
+      const kind = item.dataset.kind;
+      const li = item.closest("li");
+      if (item.dataset.status === "deleted") return;
+      if (kind === "pending") {
+        pending.delete(path);
+        li.remove();
+        focusCurrent();
+        return;
+      }
+      const wb = workbench();
+      const text = (kind === "dir" ? "Delete the folder " + nameOf(path) + " and its files?" : "Delete " + nameOf(path) + "?") +
+        (wb && kind !== "dir" && wb.isDirty(path) ? " Its unsaved changes are lost." : "");
+      confirmInline(item, text, "Delete", async () => {
         const res = kind === "dir"
           ? await send("POST", "delete-folder", { path })
           : await send("DELETE", "file", null, { path });
-        yes.disabled = false;
-        if (!res.ok) {
-          showProblem(problem, res.body);
-          yes.focus();
-          return;
-        }
+        if (!res.ok) return res.body;
         editing = null;
         const gone = kind === "dir" ? (res.body.deleted || []) : [path];
         if (wb) for (const p of gone) wb.deleted(p);
@@ -359,23 +398,8 @@
           if (parent) tree.focusItem(pane, parent);
           else focusCurrent();
         }
+        return null;
       });
-      yes.focus();
-    }
-
-    async function restore(item) {
-      const path = item.dataset.path;
-      const res = await send("POST", "revert", { path });
-      if (!res.ok) {
-        if (window.atelierToast) window.atelierToast(res.body.error, res.body.reason);
-        return;
-      }
-      const wb = workbench();
-      if (wb && item.dataset.status === "modified" && !wb.isDirty(path)) {
-        wb.closeTab(path); // its text is the base's again: reopen to see it
-      }
-      await refresh();
-      focusPath(path);
     }
 
     // showPending draws the pending folders into the tree where their
@@ -436,14 +460,28 @@
         case "new-folder": newFolder(folderFor(current())); break;
         case "rename": if (item) rename(item); break;
         case "delete": if (item) confirmDelete(item); break;
-        case "restore": if (item) restore(item); break;
+        case "restore": if (item) confirmRestore(item); break;
       }
     });
+
+    // Any reload of the tree (a save, a command) keeps the pending folders.
+    document.addEventListener("htmx:after:settle", (event) => {
+      if (event.target === pane || pane.contains(event.target)) showPending();
+    });
+
+    // keyDown is true while a key that may open a confirmation is held.
+    let keyDown = false;
+    document.addEventListener("keydown", () => { keyDown = true; }, true);
+    document.addEventListener("keyup", () => { keyDown = false; }, true);
+    document.addEventListener("pointerdown", () => { keyDown = false; }, true);
 
     pane.addEventListener("keydown", (event) => {
       const item = event.target.closest && event.target.closest('[role="treeitem"]');
       if (!item || event.altKey || event.ctrlKey || event.metaKey) return;
-      if (event.key === "F2") {
+      if (event.key === "Enter" && item.dataset.status === "deleted") {
+        event.preventDefault();
+        confirmRestore(item);
+      } else if (event.key === "F2") {
         event.preventDefault();
         rename(item);
       } else if (event.key === "Delete") {
