@@ -244,6 +244,10 @@ func TestCreateDeleteRevert(t *testing.T) {
 			t.Errorf("CheckNewFolder(%q) = %v, want %v", path, err, want)
 		}
 	}
+	// A save makes no new file of such a name either.
+	if _, err := f.save(sess, "bell\a.txt", "x", Precondition{}); !errors.Is(err, workspace.ErrBadPath) {
+		t.Errorf("Save of a new name with a control character = %v", err)
+	}
 	if err := f.sessions.CheckNewFolder(f.ctx, sess, "docs/more"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"time"
@@ -352,14 +353,17 @@ func (h *EditSessions) treeView(c *gin.Context, sess *editsession.Session, dir s
 	var unfold func(parent *sessionTreeView) error
 	unfold = func(parent *sessionTreeView) error {
 		for _, e := range parent.Entries {
-			p := join(parent.Dir, e.Name)
+			p := childPath(parent.Dir, e.Name)
 			if e.Kind != "dir" || !wanted[p] {
 				continue
 			}
 			delete(wanted, p) // once, whatever the request says
 			es, err := h.Sessions.List(ctx, sess, p)
-			if err != nil {
+			if errors.Is(err, editsession.ErrFileNotFound) {
 				continue // gone since the page asked: shown folded
+			}
+			if err != nil {
+				return err
 			}
 			child := &sessionTreeView{Base: parent.Base, Dir: p, Entries: es, Children: v.Children}
 			v.Children[p] = child
@@ -372,7 +376,7 @@ func (h *EditSessions) treeView(c *gin.Context, sess *editsession.Session, dir s
 	return v, unfold(&v)
 }
 
-func join(dir, name string) string {
+func childPath(dir, name string) string {
 	if dir == "" {
 		return name
 	}
