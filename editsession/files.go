@@ -238,6 +238,11 @@ func (s *Sessions) write(ctx context.Context, tx *models.Store, sess *Session, p
 	if err := cond.check(etagIf(cur, exists)); err != nil {
 		return err, nil
 	}
+	if !exists {
+		if err := CheckNewPath(path); err != nil {
+			return err, nil // a name nobody could see faithfully
+		}
+	}
 	if baseExists && bytes.Equal(content, base) {
 		return nil, tx.DeleteSessionFile(ctx, sess.ID, path)
 	}
@@ -323,7 +328,9 @@ type Change struct {
 
 // Changes lists every changed path with how it changed.
 func (s *Sessions) Changes(ctx context.Context, sess *Session) ([]Change, error) {
-	edits, err := s.db.SessionFiles(ctx, sess.ID)
+	// Paths only: the tree asks this for every folder it shows, and the
+	// contents could be the path limit times the file limit.
+	edits, err := s.db.SessionPaths(ctx, sess.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"time"
@@ -71,7 +72,7 @@ func (h *EditSessions) Page(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	entries, err := h.Sessions.List(c.Request.Context(), sess, "")
+	tree, err := h.treeView(c, sess, "", foldersAbove(c.Query("path")))
 	if err != nil {
 		return err
 	}
@@ -80,7 +81,7 @@ func (h *EditSessions) Page(c *gin.Context) error {
 		return err
 	}
 	return h.Render.Render(c, http.StatusOK, "session", sessionView{
-		Session: sess, Tree: sessionTreeView{Base: base(sess), Entries: entries},
+		Session: sess, Tree: tree,
 		Idle: h.Idle, Now: h.Now(), Open: c.Query("path"), Hint: h.CommandHint, Usage: usage,
 	})
 }
@@ -89,7 +90,13 @@ type sessionTreeView struct {
 	Base    string
 	Dir     string
 	Entries []editsession.Entry
+	Root    bool // the whole tree, with the explorer's toolbar
+	// Children are the unfolded folders, by path, shared by every level.
+	Children map[string]*sessionTreeView
 }
+
+// Child is the unfolded folder at path, or nil.
+func (v sessionTreeView) Child(path string) *sessionTreeView { return v.Children[path] }
 
 func (v sessionTreeView) JSON() any { return v.Entries }
 
@@ -99,12 +106,11 @@ func (h *EditSessions) Tree(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	dir := c.Query("path")
-	entries, err := h.Sessions.List(c.Request.Context(), sess, dir)
+	v, err := h.treeView(c, sess, c.Query("path"), c.QueryArray("open"))
 	if err != nil {
 		return err
 	}
-	return h.Render.Render(c, http.StatusOK, "partials/session_tree", sessionTreeView{Base: base(sess), Dir: dir, Entries: entries})
+	return h.Render.Render(c, http.StatusOK, "partials/session_tree", v)
 }
 
 // File answers the file's exact bytes with its ETag.
@@ -321,4 +327,141 @@ func (h *EditSessions) History(c *gin.Context) error {
 		return err
 	}
 	return h.Render.Render(c, http.StatusOK, "partials/command_history", historyView{Commands: cmds, Usage: usage})
+}
+
+// maxOpenFolders bounds the folders one tree request unfolds.
+const maxOpenFolders = 64
+
+// treeView renders dir with the folders in open unfolded below it (those
+// the person had open, or those above the file the page opens), so a
+// refresh after an edit keeps the tree as it was, in one render.
+func (h *EditSessions) treeView(c *gin.Context, sess *editsession.Session, dir string, open []string) (sessionTreeView, error) {
+	ctx := c.Request.Context()
+	v := sessionTreeView{Base: base(sess), Dir: dir, Root: dir == "", Children: map[string]*sessionTreeView{}}
+	entries, err := h.Sessions.List(ctx, sess, dir)
+	if err != nil {
+		return v, err
+	}
+	v.Entries = entries
+	if len(open) > maxOpenFolders {
+		open = open[:maxOpenFolders]
+	}
+	wanted := map[string]bool{}
+	for _, p := range open {
+		wanted[p] = true
+	}
+	var unfold func(parent *sessionTreeView) error
+	unfold = func(parent *sessionTreeView) error {
+		for _, e := range parent.Entries {
+			p := childPath(parent.Dir, e.Name)
+			if e.Kind != "dir" || !wanted[p] {
+				continue
+			}
+			delete(wanted, p) // once, whatever the request says
+			es, err := h.Sessions.List(ctx, sess, p)
+			if errors.Is(err, editsession.ErrFileNotFound) {
+				continue // gone since the page asked: shown folded
+			}
+			if err != nil {
+				return err
+			}
+			child := &sessionTreeView{Base: parent.Base, Dir: p, Entries: es, Children: v.Children}
+			v.Children[p] = child
+			if err := unfold(child); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return v, unfold(&v)
+}
+
+func childPath(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// foldersAbove lists the folders that hold path, outermost first.
+func foldersAbove(path string) []string {
+	var dirs []string
+	for i := 0; i < len(path); i++ {
+		if path[i] == '/' {
+			dirs = append(dirs, path[:i])
+		}
+	}
+	return dirs
+}
+
+// NewFile adds an empty file to the session's tree: 201, or 409 exists.
+func (h *EditSessions) NewFile(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	path := c.PostForm("path")
+	etag, err := h.Sessions.Create(c.Request.Context(), sess, path)
+	if err != nil {
+		return err
+	}
+	c.Header("ETag", etag)
+	c.JSON(http.StatusCreated, gin.H{"path": path})
+	return nil
+}
+
+// NewFolder checks a new folder's name and stores nothing: git keeps no
+// empty folders, so the page shows it as pending until a file is added.
+func (h *EditSessions) NewFolder(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	path := c.PostForm("path")
+	if err := h.Sessions.CheckNewFolder(c.Request.Context(), sess, path); err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, gin.H{"path": path, "pending": true})
+	return nil
+}
+
+// Rename moves a file or folder, in one transaction.
+func (h *EditSessions) Rename(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	moves, err := h.Sessions.Rename(c.Request.Context(), sess, c.PostForm("from"), c.PostForm("to"))
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, gin.H{"moved": moves})
+	return nil
+}
+
+// DeleteFolder deletes every file of a folder.
+func (h *EditSessions) DeleteFolder(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	deleted, err := h.Sessions.DeleteFolder(c.Request.Context(), sess, c.PostForm("path"))
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, gin.H{"deleted": deleted})
+	return nil
+}
+
+// Revert forgets the session's change of one path (restores a deletion).
+func (h *EditSessions) Revert(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	if err := h.Sessions.Revert(c.Request.Context(), sess, c.PostForm("path")); err != nil {
+		return err
+	}
+	c.Status(http.StatusNoContent)
+	return nil
 }

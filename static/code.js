@@ -1,5 +1,6 @@
-// The Code page: quick open (Ctrl+P), keyboard walking of the tree by the
-// WAI-ARIA tree pattern, and keeping the open file marked in the tree.
+// The Code page: quick open (Ctrl+P), keyboard walking of the tree (by
+// static/tree.js, window.AtelierTree), and keeping the open file marked in
+// the tree.
 (function () {
   "use strict";
 
@@ -9,7 +10,8 @@
     const pane = section.querySelector(".tree-pane");
     setupFinder(section);
     setupShortcuts(section);
-    setupTree(pane);
+    const { setup, findItem, focusItem } = window.AtelierTree;
+    setup(pane);
     markOpenFile(pane, true);
     document.addEventListener("htmx:after:settle", () => markOpenFile(pane, false));
     // A breadcrumb's folder is shown and focused in the tree.
@@ -95,81 +97,11 @@
     options[at].scrollIntoView({ block: "nearest" });
   }
 
-  // ---- the tree ----
-
-  function items(pane) {
-    // Visible items only: those inside a folded folder have no boxes.
-    return Array.from(pane.querySelectorAll('[role="treeitem"]')).filter((e) => e.getClientRects().length > 0);
-  }
-
-  function findItem(pane, path) {
-    return Array.from(pane.querySelectorAll('[role="treeitem"]')).find((e) => e.dataset.path === path) || null;
-  }
-
-  // focusItem makes item the tree's one Tab stop (a roving tabindex) and,
-  // unless quiet, moves the focus there.
-  function focusItem(pane, item, quiet) {
-    pane.querySelectorAll('[role="treeitem"][tabindex="0"]').forEach((e) => e.setAttribute("tabindex", "-1"));
-    item.setAttribute("tabindex", "0");
-    if (!quiet) item.focus();
-  }
-
-  function isFolder(item) { return item.tagName === "SUMMARY"; }
-  function isOpen(item) { return isFolder(item) && item.parentElement.open; }
-
-  function parentFolder(item) {
-    const details = item.closest("li").parentElement.closest("details");
-    return details ? details.querySelector(":scope > summary") : null;
-  }
-
-  function setupTree(pane) {
-    if (!pane) return;
-    const first = pane.querySelector('[role="treeitem"]');
-    if (first) first.setAttribute("tabindex", "0");
-    // details' toggle does not bubble: listen while it travels down.
-    pane.addEventListener("toggle", (event) => {
-      const summary = event.target.querySelector && event.target.querySelector(":scope > summary");
-      if (summary) summary.setAttribute("aria-expanded", event.target.open ? "true" : "false");
-    }, true);
-    pane.addEventListener("focusin", (event) => {
-      const item = event.target.closest('[role="treeitem"]');
-      if (item) focusItem(pane, item, true);
-    });
-    pane.addEventListener("keydown", (event) => {
-      const item = event.target.closest('[role="treeitem"]');
-      if (!item || event.altKey || event.ctrlKey || event.metaKey) return;
-      const all = items(pane);
-      const at = all.indexOf(item);
-      let next = null;
-      switch (event.key) {
-        case "ArrowDown": next = all[at + 1]; break;
-        case "ArrowUp": next = all[at - 1]; break;
-        case "Home": next = all[0]; break;
-        case "End": next = all[all.length - 1]; break;
-        case "ArrowRight":
-          if (isFolder(item) && !isOpen(item)) item.click();
-          else if (isOpen(item)) next = all[at + 1] && parentFolder(all[at + 1]) === item ? all[at + 1] : null;
-          break;
-        case "ArrowLeft":
-          if (isOpen(item)) item.click();
-          else next = parentFolder(item);
-          break;
-        case " ":
-          if (!isFolder(item)) return;
-          // a summary toggles on Space by itself
-          return;
-        default:
-          return; // Enter is the element's own: a folder toggles, a file opens
-      }
-      event.preventDefault();
-      if (next) focusItem(pane, next);
-    });
-  }
-
   // markOpenFile marks the viewer's file in the tree and, on load, scrolls
   // it into view; the server has already unfolded the folders above it.
   function markOpenFile(pane, onLoad) {
     if (!pane) return;
+    const { findItem, focusItem } = window.AtelierTree;
     const article = document.querySelector("#viewer article.file");
     const path = article ? article.dataset.path : "";
     pane.querySelectorAll('[aria-current="true"]').forEach((e) => e.removeAttribute("aria-current"));

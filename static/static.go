@@ -7,4 +7,5 @@ import "embed"
 // FS holds app.css, app.js and vendor/.
 //
 //go:embed app.css app.js change.js code.js icons.svg import.js session.js terminal.js vendor
+//go:embed tree.js explorer.js
 var FS embed.FS
