@@ -87,10 +87,11 @@ func TestTerminalRequestsSkipTheDatabase(t *testing.T) {
 	expectProblem(t, owner.get(own+"/terminals/"+mine.ID+"/stream", jsonAccept), http.StatusGone, "discarded")
 }
 
-// TestTerminalRevocationReachesAnotherInstance: a member removed through
-// one instance is refused by another instance on the same database, which
-// holds their shell and remembers their membership, once
-// projects.RoleRecheck has passed on its clock.
+// TestTerminalRevocationReachesAnotherInstance: another instance on the
+// same database, which runs a person's shell and remembers their
+// membership, refuses them once projects.RoleRecheck has passed on its
+// clock after they were removed through the first; a session ended through
+// the first loses its shell on the other at the next lease heartbeat.
 func TestTerminalRevocationReachesAnotherInstance(t *testing.T) {
 	needRoot(t)
 	one := newHarness(t)
@@ -100,18 +101,30 @@ func TestTerminalRevocationReachesAnotherInstance(t *testing.T) {
 		c.DataDir, c.WorkspacesRoot = one.cfg.DataDir, one.cfg.WorkspacesRoot
 	})
 	owner, id := editable(t, one)
-	one.user("dev", false)
+	devOnOne := one.user("dev", false)
 	owner.addMember(id, "dev", "admin")
-
 	dev := two.signIn("dev")
-	_, base := dev.session(id)
-	term, res := dev.openTerminal(base)
-	if res.StatusCode != http.StatusCreated {
-		t.Fatalf("open a terminal on the second instance: %d %s", res.StatusCode, readBody(res))
+	shell := func() (string, termJSON) {
+		t.Helper()
+		_, base := dev.session(id)
+		term, res := dev.openTerminal(base)
+		if res.StatusCode != http.StatusCreated {
+			t.Fatalf("open a terminal on the second instance: %d %s", res.StatusCode, readBody(res))
+		}
+		if res := dev.input(base, term.ID, 1, "echo there\r"); res.StatusCode != http.StatusOK {
+			t.Fatalf("key: %d %s", res.StatusCode, readBody(res))
+		}
+		return base, term
 	}
-	if res := dev.input(base, term.ID, 1, "echo there\r"); res.StatusCode != http.StatusOK {
-		t.Fatalf("key: %d %s", res.StatusCode, readBody(res))
+
+	base, term := shell()
+	if res := devOnOne.post(base+"/discard", nil, jsonAccept); res.StatusCode >= 300 {
+		t.Fatalf("discard through the first instance: %d %s", res.StatusCode, readBody(res))
 	}
+	two.app.Shells.Heartbeat(t.Context()) // what its next beat does, within editsession.LeaseEvery
+	expectProblem(t, dev.input(base, term.ID, 2, "x"), http.StatusGone, "discarded")
+
+	base, term = shell()
 	if res := owner.del("/projects/"+itoa(id)+"/members/dev", jsonAccept); res.StatusCode != http.StatusOK {
 		t.Fatalf("remove dev: %d %s", res.StatusCode, readBody(res))
 	}
