@@ -211,11 +211,12 @@ func (s *Shells) Shells(sess *Session) []*terminal.Terminal {
 }
 
 // Owned returns the running shell id when it is one of user's session
-// sessionID on projectID, from memory alone, and notes the use as the
-// session's activity at now; ok is false otherwise, and the caller then
-// checks the request in full. The heartbeat writes the activity and closes
-// the shell once its owner may no longer edit.
-func (s *Shells) Owned(user *models.User, projectID int64, sessionID, id string, now time.Time) (*terminal.Terminal, bool) {
+// sessionID on projectID, from memory alone, and notes a use at active
+// (unless it is zero) as the session's activity; ok is false otherwise, and
+// the caller then checks the request in full. Whether user may still edit
+// the project is the caller's to check. The heartbeat writes the activity
+// and closes the shell once its owner may no longer edit.
+func (s *Shells) Owned(user *models.User, projectID int64, sessionID, id string, active time.Time) (*terminal.Terminal, bool) {
 	if user == nil {
 		return nil, false
 	}
@@ -227,7 +228,9 @@ func (s *Shells) Owned(user *models.User, projectID int64, sessionID, id string,
 	if !ok || sh.sessionID != sessionID || sh.userID != user.ID || sh.projectID != projectID || ended(t) {
 		return nil, false
 	}
-	sh.active.Store(now.UnixNano())
+	if !active.IsZero() {
+		sh.active.Store(active.UnixNano())
+	}
 	return t, true
 }
 

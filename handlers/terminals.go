@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -58,6 +59,10 @@ func (h *EditSessions) Terminals(c *gin.Context) error {
 // viewer asks for. A shell that ended with an earlier server process
 // answers with its exit, so the page stops waiting for it.
 func (h *EditSessions) Stream(c *gin.Context) error {
+	// A viewer's stream is not activity: no use is noted.
+	if t, ok := h.ownShell(c, time.Time{}); ok {
+		return t.ServeStream(c.Writer, c.Request)
+	}
 	sess, err := h.session(c, false)
 	if err != nil {
 		return err
@@ -111,23 +116,38 @@ func (h *EditSessions) CloseTerminal(c *gin.Context) error {
 }
 
 // terminal finds a running shell of the caller's own session for input,
-// resize or close. These come with every keystroke, so the shell's owner is
-// checked in memory and the session's activity is written by the next
-// lease heartbeat, which also re-checks the right to edit; only a request
-// that does not match goes through the full check, for its exact answer.
+// resize or close. These come with every keystroke, so they are answered
+// from memory (ownShell) and the session's activity is written by the next
+// lease heartbeat; only a request that does not match goes through the full
+// check, for its exact answer.
 func (h *EditSessions) terminal(c *gin.Context) (*terminal.Terminal, error) {
-	if pid, err := projectID(c); err == nil {
-		now := h.Now()
-		if t, ok := h.Shells.Owned(auth.User(c), pid, c.Param("sid"), c.Param("tid"), now); ok {
-			h.deadlines(c, now.Add(h.Idle))
-			return t, nil
-		}
+	now := h.Now()
+	if t, ok := h.ownShell(c, now); ok {
+		h.deadlines(c, now.Add(h.Idle))
+		return t, nil
 	}
 	sess, err := h.session(c, true)
 	if err != nil {
 		return nil, err
 	}
 	return h.Shells.Shell(sess, c.Param("tid"))
+}
+
+// ownShell is the running shell of the URL when it belongs to the caller's
+// own session and the caller may still edit the project, both from memory
+// once warm: the membership as projects.Permit remembers it, the shell's
+// owner as its terminal records it. A use at active (zero for none) counts
+// as the session's activity.
+func (h *EditSessions) ownShell(c *gin.Context, active time.Time) (*terminal.Terminal, bool) {
+	pid, err := projectID(c)
+	if err != nil {
+		return nil, false
+	}
+	user := auth.User(c)
+	if h.Projects.Permit(c.Request.Context(), user, pid, auth.CodeEdit) != nil {
+		return nil, false
+	}
+	return h.Shells.Owned(user, pid, c.Param("sid"), c.Param("tid"), active)
 }
 
 // formInt reads a whole number from the form or the query; 0 when absent

@@ -56,6 +56,7 @@ type Service struct {
 	now      func() time.Time
 	log      *slog.Logger
 	maxOwned int // projects one person may own
+	roles    roles
 }
 
 // DefaultMaxOwned is how many projects one person may own unless the
@@ -122,6 +123,7 @@ func (s *Service) Authorize(ctx context.Context, user *models.User, projectID in
 	if user == nil {
 		return nil, auth.ErrSignInRequired
 	}
+	gen := s.roles.generation()
 	p, role, err := s.store.ProjectOfMember(ctx, projectID, user.ID)
 	if errors.Is(err, models.ErrNotFound) {
 		return nil, ErrNotFound
@@ -129,14 +131,11 @@ func (s *Service) Authorize(ctx context.Context, user *models.User, projectID in
 	if err != nil {
 		return nil, err
 	}
-	acc := &Access{Project: p, User: user, Role: auth.Role(role)}
-	if !acc.Can(action) {
-		return nil, auth.ErrForbidden
+	s.remember(memberKey{project: projectID, user: user.ID}, p, role, gen)
+	if err := verdict(auth.Role(role), p.Archived(), action); err != nil {
+		return nil, err
 	}
-	if action == auth.CodeEdit && p.Archived() {
-		return nil, ErrArchived
-	}
-	return acc, nil
+	return &Access{Project: p, User: user, Role: auth.Role(role)}, nil
 }
 
 // List returns the projects user belongs to.
@@ -411,6 +410,7 @@ func (s *Service) Archive(ctx context.Context, acc *Access) error {
 	if err := s.store.ArchiveProject(ctx, acc.Project.ID, s.now()); err != nil {
 		return err
 	}
+	s.roles.forgetProject(acc.Project.ID)
 	// A session that is not ended here ends at its next request or the
 	// next sweep, which see the project archived.
 	if err := s.sessions.EndProjectSessions(ctx, acc.Project.ID, "archived"); err != nil {
@@ -431,6 +431,7 @@ func (s *Service) Delete(ctx context.Context, acc *Access) error {
 	if err := s.store.DeleteProject(ctx, p.ID); err != nil {
 		return err
 	}
+	s.roles.forgetProject(p.ID)
 	// The row is gone, so what is left on disk is only garbage: a later
 	// project never adopts it (both creators refuse an existing folder).
 	container := p.WorkspaceMode == models.ModeContainer
@@ -483,6 +484,9 @@ func (s *Service) changeMember(ctx context.Context, acc *Access, username string
 	if err != nil {
 		return err
 	}
+	// Forgotten once the change is committed, so a request racing it cannot
+	// keep the old role.
+	defer s.roles.forget(memberKey{project: acc.Project.ID, user: u.ID})
 	return s.store.Tx(ctx, func(tx *models.Store) error {
 		owners, err := tx.LockOwners(ctx, acc.Project.ID)
 		if err != nil {

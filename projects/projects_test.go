@@ -91,6 +91,9 @@ func TestAuthorizeMatrix(t *testing.T) {
 					w = edit(who, w)
 				}
 				t.Run(fmt.Sprintf("%s/%s/%s", state, who, action), func(t *testing.T) {
+					if err := f.svc.Permit(ctx, f.people[who], f.project.ID, action); !errors.Is(err, w) {
+						t.Fatalf("Permit: %v, want %v", err, w)
+					}
 					acc, err := f.svc.Authorize(ctx, f.people[who], f.project.ID, action)
 					if !errors.Is(err, w) || (w == nil) != (acc != nil) {
 						t.Fatalf("got %v (access %v), want %v", err, acc != nil, w)
@@ -106,6 +109,17 @@ func TestAuthorizeMatrix(t *testing.T) {
 
 	if err := f.svc.Archive(ctx, f.access(t, "admin", auth.ProjectManage)); err != nil {
 		t.Fatal(err)
+	}
+	// What Permit remembered from a moment ago yields to the archive at
+	// once.
+	for who, actions := range matrix {
+		w := actions[auth.CodeEdit]
+		if w == nil {
+			w = archived
+		}
+		if err := f.svc.Permit(ctx, f.people[who], f.project.ID, auth.CodeEdit); !errors.Is(err, w) {
+			t.Errorf("%s edits just after the archive: Permit says %v, want %v", who, err, w)
+		}
 	}
 	// Archived, editing stops for those who could edit; the rest is as it was.
 	check("archived", func(who string, w error) error {

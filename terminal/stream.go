@@ -13,8 +13,12 @@ import (
 
 // viewer is one attached output stream.
 type viewer struct {
-	off  uint64 // the next offset to send; it moves once bytes are written
+	off  uint64 // the next offset to send; it moves once bytes are in an event
 	flow bool   // its writes have a deadline, so it may hold the reader back
+	// waiting says the viewer has sent everything and waits on wake, which
+	// has room for one wake-up (Terminal.wakeViewers). Both under t.mu.
+	waiting bool
+	wake    chan struct{}
 }
 
 // ServeStream sends the terminal's output as Server-Sent Events. It starts
@@ -43,7 +47,7 @@ func (t *Terminal) ServeStream(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	rc := http.NewResponseController(w)
-	v := &viewer{flow: rc.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout)) == nil}
+	v := &viewer{flow: rc.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout)) == nil, wake: make(chan struct{}, 1)}
 	if v.flow {
 		defer rc.SetWriteDeadline(time.Time{})
 	}
@@ -88,22 +92,29 @@ func (t *Terminal) ServeStream(w http.ResponseWriter, r *http.Request) error {
 			lost := start - v.off
 			v.off = start
 			t.mu.Unlock()
-			if s.event("gap", start, strconv.AppendUint(nil, lost, 10)) != nil {
+			if s.event("gap", start, strconv.AppendUint(raw[:0], lost, 10)) != nil {
 				return nil
 			}
 			continue
 		case v.off < t.out.end:
+			// Everything the shell wrote since the last event, up to
+			// EventBytes, becomes one event. Events are gathered until the
+			// viewer has caught up or flushBytes are waiting, then written
+			// and flushed together: a busy shell costs one write and one
+			// flush per batch rather than per read.
 			n := t.out.read(v.off, raw)
 			t.mu.Unlock()
-			if s.output(v.off+uint64(n), raw[:n]) != nil {
-				return nil
-			}
+			s.output(v.off+uint64(n), raw[:n])
 			t.mu.Lock()
 			v.off += uint64(n)
+			more := v.off < t.out.end
 			if t.paused {
 				t.drained.Signal()
 			}
 			t.mu.Unlock()
+			if (!more || len(s.buf) >= flushBytes) && s.flush() != nil {
+				return nil
+			}
 			continue
 		case t.ended:
 			data, _ := json.Marshal(t.exit)
@@ -111,16 +122,13 @@ func (t *Terminal) ServeStream(w http.ResponseWriter, r *http.Request) error {
 			s.event("exit", v.off, data)
 			return nil
 		}
-		if t.wakeup == nil {
-			t.wakeup = make(chan struct{})
-		}
-		wake := t.wakeup
+		v.waiting = true
 		t.mu.Unlock()
 
 		select {
-		case <-wake:
+		case <-v.wake:
 		case <-ping.C:
-			if s.send([]byte(": ping\n\n")) != nil {
+			if s.event("", 0, nil) != nil {
 				return nil
 			}
 		case <-r.Context().Done():
@@ -128,6 +136,11 @@ func (t *Terminal) ServeStream(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 }
+
+// flushBytes is how much of a viewer's events are gathered before they
+// are written: a batch large enough that writes and flushes are few, small
+// enough to keep each viewer's buffer modest.
+const flushBytes = 64 << 10
 
 // detach removes v; the reader may have been waiting for it.
 func (t *Terminal) detach(v *viewer) {
@@ -156,52 +169,61 @@ func resumeOffset(r *http.Request) (off uint64, given bool, err error) {
 	return off, true, nil
 }
 
-// eventWriter writes SSE events, each with a fresh write deadline and
-// flushed at once.
+// eventWriter gathers SSE events in one buffer it keeps and writes them in
+// one write and one flush: the stream loop says when for output events,
+// every other event goes at once. Each write has a fresh deadline.
 type eventWriter struct {
 	w        http.ResponseWriter
 	rc       *http.ResponseController
 	deadline bool
 	timeout  time.Duration
-	buf      []byte
+	buf      []byte // events not written yet
 }
 
-// output writes an out event for raw, whose last byte ends before id.
-func (s *eventWriter) output(id uint64, raw []byte) error {
+// output adds an out event for raw, whose last byte ends before id.
+func (s *eventWriter) output(id uint64, raw []byte) {
 	b := s.head("out", id)
 	b = base64.StdEncoding.AppendEncode(b, raw)
 	s.buf = append(b, "\n\n"...)
-	return s.send(s.buf)
 }
 
+// event adds a named event and sends it with what is gathered; an empty
+// name is the idle ping, a comment line.
 func (s *eventWriter) event(name string, id uint64, data []byte) error {
-	b := append(s.head(name, id), data...)
-	s.buf = append(b, "\n\n"...)
-	return s.send(s.buf)
+	if name == "" {
+		s.buf = append(s.buf, ": ping\n\n"...)
+	} else {
+		b := append(s.head(name, id), data...)
+		s.buf = append(b, "\n\n"...)
+	}
+	return s.flush()
 }
 
-// head starts an event in s.buf, up to its data.
+// head starts an event after those gathered, up to its data.
 func (s *eventWriter) head(name string, id uint64) []byte {
-	b := append(s.buf[:0], "event: "...)
+	b := append(s.buf, "event: "...)
 	b = append(b, name...)
 	b = append(b, "\nid: "...)
 	b = strconv.AppendUint(b, id, 10)
 	return append(b, "\ndata: "...)
 }
 
-func (s *eventWriter) send(p []byte) error {
+// flush writes the gathered events and pushes them to the client.
+func (s *eventWriter) flush() error {
 	if s.deadline {
 		if err := s.rc.SetWriteDeadline(time.Now().Add(s.timeout)); err != nil {
 			return err
 		}
 	}
-	if _, err := s.w.Write(p); err != nil {
-		return err
+	if len(s.buf) > 0 {
+		_, err := s.w.Write(s.buf)
+		s.buf = s.buf[:0]
+		if err != nil {
+			return err
+		}
 	}
-	return s.flush()
+	return s.rc.Flush()
 }
-
-func (s *eventWriter) flush() error { return s.rc.Flush() }
 
 // inputResult is ServeInput's answer.
 type inputResult struct {

@@ -166,6 +166,43 @@ func TestReconnectResumesExactly(t *testing.T) {
 	}
 }
 
+// TestResumeInsideABatch: output that piled up while nobody watched goes
+// out in batches of EventBytes, each joining many PTY reads; a viewer that
+// resumes from an offset inside a batch (a count of bytes it decoded, not
+// an event id, and not on a base64 group) gets exactly the bytes from
+// there, its first event starting at that very byte.
+func TestResumeInsideABatch(t *testing.T) {
+	const size, batch = 200 << 10, 64 << 10
+	path, data := randomFile(t, size, 7)
+	m := newManager(t, Config{EventBytes: batch})
+	term := openShell(t, m, "stty raw -echo; printf R; cat "+path+"; head -c1 >/dev/null", Options{})
+	waitFor(t, 10*time.Second, "the whole file in the ring", func() bool { return term.Offset() == 1+size })
+	srv := serve(t, term)
+
+	s := dial(t, srv, "", "?from=0")
+	first := s.next(5 * time.Second)
+	if b := first.bytes(t); first.name != "out" || len(b) != batch || b[0] != 'R' || !bytes.Equal(b[1:], data[:batch-1]) {
+		t.Fatalf("first event %s of %d bytes, want the %d bytes written first, in one", first.name, len(b), batch)
+	}
+	s.close()
+
+	const cut = batch/2 + 2 // inside the first batch, not a multiple of 3
+	s = dial(t, srv, strconv.Itoa(cut), "")
+	if e := s.next(5 * time.Second); e.name != "out" || !bytes.Equal(e.bytes(t), data[cut-1:cut-1+len(e.bytes(t))]) || e.offset(t) != uint64(cut+len(e.bytes(t))) {
+		t.Fatalf("first event after resuming at %d: %s id %s, not the bytes from there", cut, e.name, e.id)
+	} else {
+		s.close()
+	}
+	s = dial(t, srv, strconv.Itoa(cut), "")
+	if _, err := term.Input(1, []byte("q")); err != nil {
+		t.Fatal(err)
+	}
+	out, exit, gaps := s.collect(cut, 10*time.Second)
+	if gaps != 0 || !bytes.Equal(out, data[cut-1:]) || exit.offset(t) != 1+size {
+		t.Fatalf("from %d: %d bytes, %d gaps, exit at %s; want the %d bytes from there", cut, len(out), gaps, exit.id, size+1-cut)
+	}
+}
+
 func commonPrefix(a, b []byte) int {
 	n := 0
 	for n < len(a) && n < len(b) && a[n] == b[n] {

@@ -106,10 +106,9 @@ type Terminal struct {
 	drained sync.Cond // the reader waits here while a viewer lags
 	out     *ring
 	viewers map[*viewer]struct{}
-	paused  bool          // the reader waits on drained
-	wakeup  chan struct{} // closed when output arrives or the terminal ends; nil when no viewer waits
-	closing bool          // Close was called
-	exited  bool          // the shell has ended; exit holds how
+	paused  bool // the reader waits on drained
+	closing bool // Close was called
+	exited  bool // the shell has ended; exit holds how
 	exit    Exit
 	ended   bool // the reader and the waiter are done: no more output
 	cols    int
@@ -455,12 +454,18 @@ func (t *Terminal) backlog() int {
 	return most
 }
 
-// wakeViewers tells waiting viewers that something changed. t.mu must be
-// held.
+// wakeViewers tells waiting viewers that something changed. Each has a
+// channel of its own, made once, so waking costs no allocation however
+// often the shell writes. t.mu must be held.
 func (t *Terminal) wakeViewers() {
-	if t.wakeup != nil {
-		close(t.wakeup)
-		t.wakeup = nil
+	for v := range t.viewers {
+		if v.waiting {
+			v.waiting = false
+			select {
+			case v.wake <- struct{}{}:
+			default: // a wake-up is pending already
+			}
+		}
 	}
 }
 

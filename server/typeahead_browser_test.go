@@ -1,0 +1,165 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+)
+
+// inputPosts counts the terminal input requests the server has logged.
+var inputPosts = regexp.MustCompile(`method=POST path=\S+/terminals/\S+/input status=200`)
+
+// TestBrowserTypingAhead: the page sends what is typed while a request is
+// on its way in the next one, so 10,000 keys typed at once reach the
+// server in a couple of requests, in order and exactly once; and a batch
+// whose answer is lost after the server applied it is sent again under the
+// same X-Input-Seq and applied once.
+func TestBrowserTypingAhead(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	_, id := editable(t, h)
+	ctx := browser(t)
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	if err := do(ctx, signIn(h, "owner", "password-owner"),
+		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
+		chromedp.Click(css(`button#edit`)),
+		chromedp.WaitReady(css(`#terminals[data-started]`)),
+		chromedp.Click(css(`#new-terminal`)),
+	); err != nil {
+		t.Fatalf("opening a terminal: %v; the page has %s", err, pageState(ctx))
+	}
+	const rows = `(document.querySelector(".terminal-pane:not([hidden])")?.shadowRoot?.querySelector(".xterm-rows")?.innerText ?? "")`
+	// waitScreen waits for text on the terminal's screen, lines joined, so
+	// a long line that wraps still matches.
+	waitScreen := func(what, text string) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			s, err := chromedp.Run(ctx, chromedp.Evaluate[string](rows))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(strings.ReplaceAll(s, "\n", ""), text) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s; the terminal shows %q", what, s)
+			}
+		}
+	}
+	// typeKeys types text one key at a time, every key in the same task,
+	// as xterm hears keys from its text area: as fast as anyone can type.
+	typeKeys := func(text string) {
+		t.Helper()
+		js := fmt.Sprintf(`(() => {
+			const area = document.querySelector(".terminal-pane:not([hidden])").shadowRoot.querySelector(".xterm-helper-textarea");
+			area.focus();
+			for (const key of %q) area.dispatchEvent(new InputEvent("input", {data: key, inputType: "insertText", bubbles: true}));
+			return true;
+		})()`, text)
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := func(n int) (string, string) {
+		var b strings.Builder
+		for i := range n {
+			b.WriteByte("abcdefghijklmnopqrstuvwxyz0123456789"[i*7%36])
+		}
+		sum := sha256.Sum256([]byte(b.String()))
+		return b.String(), hex.EncodeToString(sum[:])
+	}
+	posts := func() int { return len(inputPosts.FindAllString(h.logs.String(), -1)) }
+
+	waitScreen("a prompt", "$")
+	// The shell counts what it is given: raw, without echo, exactly n bytes.
+	typeKeys("stty raw -echo; echo RE''ADY; head -c 10000 | sha256sum; stty sane\r")
+	waitScreen("the shell ready for the keys", "READY")
+	text, sum := keys(10_000)
+	before := posts()
+	typeKeys(text)
+	waitScreen("the keys' checksum", sum)
+	if n := posts() - before; n < 1 || n > 2 {
+		t.Errorf("10,000 keys typed at once took %d requests, want 1 or 2", n)
+	}
+
+	// The answer to the next batch is lost on its way back, after the
+	// server applied it: the page sends the same batch again.
+	typeKeys("stty raw -echo; echo AG''AIN; head -c 3000 | sha256sum; stty sane\r")
+	waitScreen("the shell ready again", "AGAIN")
+	paused := make(chan fetch.RequestID, 16)
+	listen, stop := context.WithCancel(ctx)
+	defer stop()
+	if err := chromedp.Listen(listen, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			paused <- e.RequestID
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	intercept := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{
+			{URLPattern: "*/input", RequestStage: fetch.RequestStageResponse},
+		}})
+		return err
+	})
+	if err := do(ctx, intercept); err != nil {
+		t.Fatal(err)
+	}
+	answers := make(chan error, 1)
+	go func() {
+		lost := false
+		for id := range paused {
+			step := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				if !lost {
+					lost = true
+					_, err := cdp.Call(ctx, tg, fetch.FailRequest, fetch.FailRequestParams{RequestID: id, ErrorReason: network.ErrorReasonConnectionReset})
+					return err
+				}
+				_, err := cdp.Call(ctx, tg, fetch.ContinueResponse, fetch.ContinueResponseParams{RequestID: id})
+				return err
+			})
+			if err := do(ctx, step); err != nil {
+				answers <- err
+				return
+			}
+		}
+	}()
+	text, sum = keys(3000)
+	before = posts()
+	typeKeys(text)
+	waitScreen("the checksum of keys sent twice", sum)
+	for deadline := time.Now().Add(15 * time.Second); posts()-before < 2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the batch whose answer was lost was not sent again: %d requests", posts()-before)
+		}
+	}
+	select {
+	case err := <-answers:
+		t.Fatalf("intercepting the input requests: %v", err)
+	default:
+	}
+	if n := posts() - before; n != 2 {
+		t.Errorf("a batch whose answer was lost reached the server %d times, want 2 (sent, then sent again)", n)
+	}
+	// Applied twice, the second copy would reach the shell's prompt, which
+	// echoes again, and show.
+	typeKeys("echo DO''NE\r")
+	waitScreen("the shell after the keys", "DONE")
+	screen, err := chromedp.Run(ctx, chromedp.Evaluate[string](rows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.ReplaceAll(screen, "\n", ""), text[:40]) {
+		t.Errorf("the batch sent again reached the shell twice; the terminal shows %q", screen)
+	}
+}
