@@ -302,6 +302,22 @@ func (h *EditSessions) RunCommand(c *gin.Context) error {
 	return h.Render.Render(c, http.StatusOK, "partials/command_result", commandView{Result: res, Folder: folder, Cmd: cmd})
 }
 
+// CancelCommands stops the session's running command: 200 with how many
+// were stopped, 409 no_running_command when none runs. The command's own
+// request then answers its result, marked canceled.
+func (h *EditSessions) CancelCommands(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	n, err := h.Runtime.CancelCommands(sess)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, gin.H{"canceled": n})
+	return nil
+}
+
 type historyView struct {
 	Commands []models.SessionCommand
 	Usage    meter.Usage

@@ -70,6 +70,7 @@ func (a *App) routes() http.Handler {
 	session.POST("/keepalive", h(a.edit.Keepalive))
 	session.POST("/commands", h(a.edit.RunCommand))
 	session.GET("/commands", h(a.edit.History))
+	session.POST("/commands/cancel", h(a.edit.CancelCommands))
 	session.POST("/terminals", h(a.edit.OpenTerminal))
 	session.GET("/terminals", h(a.edit.Terminals))
 	session.GET("/terminals/:tid/stream", h(handlers.HoldStream(a.streams)), h(a.edit.Stream))
