@@ -61,6 +61,7 @@ func (a *App) routes() http.Handler {
 	session := in.Group(sessionPrefix)
 	session.GET("", h(a.edit.Page))
 	session.GET("/tree", h(a.edit.Tree))
+	session.GET("/find", h(a.edit.Find))
 	session.GET("/file", h(a.edit.File))
 	session.PUT("/file", h(a.edit.Save))
 	session.DELETE("/file", h(a.edit.Delete))

@@ -140,3 +140,50 @@ func TestCancelCommand(t *testing.T) {
 	}
 	expectProblem(t, owner.post(base+"/commands/cancel", nil, jsonAccept), http.StatusConflict, "no_running_command")
 }
+
+// Quick open in a session finds the files the session added, not those it
+// deleted, and links to the session page; nobody else can search it.
+func TestSessionFind(t *testing.T) {
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	other := h.user("other", false)
+	_, base := owner.session(id)
+	if res := owner.put(base, "src/newthing.go", []byte("package main\n"), nil); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("save: %d %s", res.StatusCode, readBody(res))
+	}
+	_, etag, _ := owner.read(base, "src/old.txt")
+	if res := owner.do(http.MethodDelete, base+"/file?path=src/old.txt", nil, header{"X-CSRF-Token": owner.csrf, "If-Match": etag}); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", res.StatusCode, readBody(res))
+	}
+	paths := func(q string) []string {
+		t.Helper()
+		res := owner.get(base+"/find?q="+url.QueryEscape(q), header{"HX-Request": "true"})
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("find %q: %d %s", q, res.StatusCode, readBody(res))
+		}
+		body := readBody(res)
+		var out []string
+		for _, part := range strings.Split(body, `data-path="`)[1:] {
+			p, _, _ := strings.Cut(part, `"`)
+			out = append(out, p)
+			if !strings.Contains(body, `href="`+base+`?path=`+url.QueryEscape(p)) {
+				t.Fatalf("find %q: %s does not open in the session: %s", q, p, body)
+			}
+		}
+		return out
+	}
+	if got := paths("newth"); len(got) != 1 || got[0] != "src/newthing.go" {
+		t.Fatalf("an added file: %q", got)
+	}
+	if got := paths("old"); len(got) != 0 {
+		t.Fatalf("a deleted file is still found: %q", got)
+	}
+	if got := paths(""); strings.Join(got, " ") != "README.md src/main.go src/newthing.go" {
+		t.Fatalf("every file: %q", got)
+	}
+	if got := paths("src"); len(got) != 2 {
+		t.Fatalf("src: %q", got)
+	}
+	expectProblem(t, other.get(base+"/find?q=main", jsonAccept), http.StatusNotFound, "not_found")
+	expectProblem(t, owner.get(base+"/find?q="+strings.Repeat("a", 200), jsonAccept), http.StatusBadRequest, "query_too_long")
+}
