@@ -274,6 +274,7 @@ func TestBrowserEditSession(t *testing.T) {
 		signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
+		chromedp.Click(css(`#panel-tab-changes`)),
 		shows(`#changes h2`), // htmx has loaded the panels
 		// The tree may be swapped by a refresh at any moment; a click by
 		// script finds the link as it is now.
@@ -333,6 +334,7 @@ func TestBrowserEditSession(t *testing.T) {
 	waitFor("the saved edit after a reload", func() bool { return strings.Contains(editorText(), "from the browser") })
 
 	err = do(ctx,
+		chromedp.Click(css(`#panel-tab-changes`)),
 		shows(`#changes li.modified a`),
 		chromedp.Click(css(`#changes li.modified a`)),
 		shows(`#diff pre.unified .add`),
@@ -345,12 +347,11 @@ func TestBrowserEditSession(t *testing.T) {
 		t.Fatalf("the diff's added line is %q", added)
 	}
 
-	// Discard: confirmed, back on the Code page, and the session is gone.
-	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.confirm = () => true; true`)); err != nil {
-		t.Fatal(err)
-	}
+	// Discard: confirmed inline, back on the Code page, and the session is gone.
 	err = do(ctx,
-		chromedp.Click(css(`.danger-zone button.danger`)),
+		chromedp.Click(css(`#discard`)),
+		shows(`#discard-confirm`),
+		chromedp.Click(css(`#discard-yes`)),
 		chromedp.WaitVisible(css(`button#edit`)),
 	)
 	if err != nil {
@@ -371,7 +372,7 @@ func TestBrowserIdleWarning(t *testing.T) {
 	err := do(ctx,
 		signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+base),
-		shows(`#changes h2`),
+		showsText(`#changes h2`, "Changes"),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -476,12 +477,15 @@ func TestBrowserCommand(t *testing.T) {
 	err := do(ctx, signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
-		shows(`#changes h2`),
+		showsText(`#changes h2`, "Changes"),
+		chromedp.Click(css(`#panel-tab-command`)),
 		typeInto(`input[name=command]`, "echo made > made.txt; echo from-the-box"),
 		chromedp.Click(css(`form.command button`)),
 		shows(`.command-result pre.stdout`),
+		chromedp.Click(css(`#panel-tab-changes`)),
 		shows(`#changes li.added[data-path="made.txt"]`),
 		shows(`#session-tree a[data-path="made.txt"]`),
+		chromedp.Click(css(`#panel-tab-command`)),
 		// The history follows the command's end, when its time is settled.
 		showsText(`#command-history`, "echo made > made.txt"),
 		showsText(`#command-history`, "Sandbox time this month: 2 of 1200 min"),
@@ -686,9 +690,12 @@ func TestBrowserSubmitAndRelease(t *testing.T) {
 	err := do(ctx, signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
-		shows(`#changes h2`),
+		showsText(`#changes h2`, "Changes"),
+		chromedp.Click(css(`#panel-tab-command`)),
 		typeInto(`input[name=command]`, "echo from the browser >> README.md; echo '// more' >> src/main.go; echo new > added.txt"),
 		chromedp.Click(css(`form.command button`)),
+		shows(`.command-result`),
+		chromedp.Click(css(`#panel-tab-changes`)),
 		shows(`#changes li.added[data-path="added.txt"]`),
 		shows(`#changes li.modified[data-path="README.md"]`),
 		shows(`#changes li.modified[data-path="src/main.go"]`),
