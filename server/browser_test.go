@@ -274,6 +274,7 @@ func TestBrowserEditSession(t *testing.T) {
 		signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
+		chromedp.WaitReady(css(`#session[data-started]`)), // session.js listens
 		chromedp.Click(css(`#panel-tab-changes`)),
 		shows(`#changes h2`), // htmx has loaded the panels
 		// The tree may be swapped by a refresh at any moment; a click by
@@ -289,7 +290,7 @@ func TestBrowserEditSession(t *testing.T) {
 	sessionURL, _ := chromedp.Run(ctx, chromedp.Location())
 	// The editor lives in a shadow root (its styles pass the page's CSP
 	// there), so it is reached through script.
-	const content = `document.querySelector("#editor").shadowRoot?.querySelector(".cm-content")`
+	const content = `document.querySelector("#editor")?.shadowRoot?.querySelector(".cm-content")`
 	editorText := func() string {
 		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(`+content+`)?.innerText ?? ""`))
 		if err != nil {
@@ -478,6 +479,7 @@ func TestBrowserCommand(t *testing.T) {
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
 		showsText(`#changes h2`, "Changes"),
+		chromedp.WaitReady(css(`#session[data-started]`)), // session.js listens
 		chromedp.Click(css(`#panel-tab-command`)),
 		typeInto(`input[name=command]`, "echo made > made.txt; echo from-the-box"),
 		chromedp.Click(css(`form.command button`)),
@@ -674,6 +676,10 @@ func TestBrowserDashboardMeterMoves(t *testing.T) {
 	if text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#commands`))); !strings.Contains(text, "sleep 2; echo ran") || strings.Contains(text, "\nran") {
 		t.Errorf("the commands panel reads %q: the command, never its output", text)
 	}
+	if err := do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
+		t.Fatal(err)
+	}
+	screenshot(ctx, t, "dashboard")
 }
 
 // A person edits two files and adds one (by a command in the session),
@@ -691,6 +697,7 @@ func TestBrowserSubmitAndRelease(t *testing.T) {
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
 		showsText(`#changes h2`, "Changes"),
+		chromedp.WaitReady(css(`#session[data-started]`)), // session.js listens
 		chromedp.Click(css(`#panel-tab-command`)),
 		typeInto(`input[name=command]`, "echo from the browser >> README.md; echo '// more' >> src/main.go; echo new > added.txt"),
 		chromedp.Click(css(`form.command button`)),
@@ -713,6 +720,10 @@ func TestBrowserSubmitAndRelease(t *testing.T) {
 	if !strings.Contains(heading, "Three files from the browser") {
 		t.Fatalf("the change page's heading %q", heading)
 	}
+	if err := do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
+		t.Fatal(err)
+	}
+	screenshot(ctx, t, "change")
 	err = do(ctx,
 		chromedp.Click(css(`#change-status button#release`)),
 		showsText(`#change-status #status`, "released"),

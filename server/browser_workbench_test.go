@@ -270,6 +270,8 @@ func TestBrowserWorkbench(t *testing.T) {
 			showsText(`#changes h2`, "Changes"),
 			untilPage(`(document.querySelector(".terminal-pane:not([hidden])")?.shadowRoot?.querySelector(".xterm-rows")?.innerText ?? "").includes("$")`),
 		)
+		// Two tabs, the second one shown, for the picture.
+		eval(`window.AtelierWorkbench.open("README.md").then(() => window.AtelierWorkbench.open("src/main.go")).then(() => "")`)
 		colours[scheme] = eval(`[getComputedStyle(document.querySelector("#editor").shadowRoot.querySelector(".cm-editor")).backgroundColor,
 			getComputedStyle(document.querySelector("#editor").shadowRoot.querySelector(".cm-gutters")).backgroundColor,
 			getComputedStyle(document.querySelector(".terminal-pane:not([hidden])")).backgroundColor].join("|")`)

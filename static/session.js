@@ -362,6 +362,14 @@
       if (extra) statusEl.append(" ", extra);
     }
 
+    // flash shows a passing word (opening…, an open that failed) without
+    // making it any tab's status: the next tab shown says its own again.
+    function flash(text, state) {
+      if (!statusEl) return;
+      statusEl.textContent = text;
+      statusEl.dataset.state = state || "";
+    }
+
     function tabOf(path) {
       return tabs.find((t) => t.path === path) || null;
     }
@@ -468,7 +476,7 @@
         return tab;
       }
       const seq = ++openSeq;
-      say("opening " + path + "…", "busy");
+      flash("opening " + path + "…", "busy");
       let res, text;
       try {
         res = await call("GET", fileURL(path));
@@ -483,7 +491,7 @@
         }
         if (!res.ok) {
           const msg = await problemText(res);
-          say(msg, "error");
+          flash(msg, "error");
           toast(msg);
           return null;
         }
@@ -493,12 +501,12 @@
           text = utf8.decode(bytes);
         } catch (_) {
           const msg = path + " is not UTF-8 text, so it cannot be edited here.";
-          say(msg, "error");
+          flash(msg, "error");
           toast(msg);
           return null;
         }
       } catch (err) {
-        if (!(err instanceof Ended)) say("Could not open " + path + ": " + trouble(err), "error");
+        if (!(err instanceof Ended)) flash("Could not open " + path + ": " + trouble(err), "error");
         return null;
       }
       tab = tabOf(path);
@@ -681,6 +689,8 @@
 
     function setPanel(px, keep) {
       const h = clampPanel(px);
+      // A chosen height is the height, not a cap (see app.css).
+      bench.classList.add("sized");
       bench.style.setProperty("--panel-height", h + "px");
       const split = $("split-panel");
       if (split) split.setAttribute("aria-valuenow", String(h));
@@ -1117,7 +1127,7 @@
     window.addEventListener("resize", () => {
       // Keep the panes inside a smaller window, without forgetting the sizes.
       setExplorer(explorerWidth(), false);
-      if (!panelHidden()) setPanel(panelHeight(), false);
+      if (!panelHidden() && bench.classList.contains("sized")) setPanel(panelHeight(), false);
     });
 
     noteClock(section.dataset.idleDeadline, section.dataset.serverNow);
