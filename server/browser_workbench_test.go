@@ -181,9 +181,9 @@ func TestBrowserWorkbench(t *testing.T) {
 
 	// Ctrl+` shows the terminals, hides the panel, and brings it back.
 	step("Ctrl+` shows the terminals", chromedp.KeyEvent("`", ctrl), shows(`#terminals #new-terminal`))
-	step("Ctrl+` hides", chromedp.KeyEvent("`", ctrl), untilPage(`document.querySelector("#workbench").classList.contains("panel-hidden")`))
+	step("Ctrl+` hides", chromedp.KeyEvent("`", ctrl), untilPage(`document.documentElement.classList.contains("wb-panel-hidden")`))
 	step("Ctrl+` shows the panel again", chromedp.KeyEvent("`", ctrl),
-		untilPage(`!document.querySelector("#workbench").classList.contains("panel-hidden")`),
+		untilPage(`!document.documentElement.classList.contains("wb-panel-hidden")`),
 		shows(`#terminals #new-terminal`),
 		shows(`#terminal-hint`),
 	)
@@ -254,6 +254,23 @@ func TestBrowserWorkbench(t *testing.T) {
 	if again := eval(`String(Math.round(document.querySelector("#panel").getBoundingClientRect().height))`); again != panelAfter {
 		t.Fatalf("after a reload the panel is %s px high, not %s", again, panelAfter)
 	}
+	// Nothing moved while the panes loaded: the tree, the changes, the
+	// history and the terminal's scrollback came into boxes of their size.
+	step("the panes loaded",
+		showsText(`#changes h2`, "Changes"),
+		untilPage(`document.querySelector("#command-history").textContent.includes("sleep 30")`),
+		untilPage(rows+`.includes("$")`),
+	)
+	shift := eval(`new Promise((resolve) => {
+		let total = 0;
+		new PerformanceObserver((list) => { for (const e of list.getEntries()) if (!e.hadRecentInput) total += e.value; })
+			.observe({type: "layout-shift", buffered: true});
+		setTimeout(() => resolve(String(total)), 300);
+	})`)
+	if f, _ := strconv.ParseFloat(shift, 64); f > 0.01 {
+		t.Fatalf("the page shifted while its panes loaded: layout shift %s", shift)
+	}
+	t.Logf("layout shift while loading: %s", shift)
 
 	// Light and dark, the editor and the terminal included.
 	colours := map[string]string{}

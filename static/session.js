@@ -39,6 +39,28 @@
   const MIN_EDITOR_ROWS = 120;
   const KEY_STEP = 24;
 
+  // The sizes this browser last chose go on <html> at once: this script is
+  // loaded without defer, so the panes are drawn at their size the first
+  // time (app.css reads --explorer-width, --panel-height, wb-sized and
+  // wb-panel-hidden).
+  const root = document.documentElement;
+  (function applyStoredSizes() {
+    let w = 0, h = 0, hidden = false;
+    try {
+      w = Number(localStorage.getItem(EXPLORER_KEY)) || 0;
+      h = Number(localStorage.getItem(PANEL_KEY)) || 0;
+      hidden = !!localStorage.getItem(PANEL_HIDDEN_KEY);
+    } catch (_) {
+      return;
+    }
+    if (w > 0) root.style.setProperty("--explorer-width", w + "px");
+    if (h > 0) {
+      root.style.setProperty("--panel-height", h + "px");
+      root.classList.add("wb-sized");
+    }
+    if (hidden) root.classList.add("wb-panel-hidden");
+  })();
+
   function start() {
     const section = document.getElementById("session");
     if (!section || section.dataset.started) return;
@@ -681,7 +703,7 @@
 
     function setExplorer(px, keep) {
       const w = clampExplorer(px);
-      bench.style.setProperty("--explorer-width", w + "px");
+      root.style.setProperty("--explorer-width", w + "px");
       const split = $("split-explorer");
       if (split) split.setAttribute("aria-valuenow", String(w));
       if (keep) store(EXPLORER_KEY, w);
@@ -690,8 +712,8 @@
     function setPanel(px, keep) {
       const h = clampPanel(px);
       // A chosen height is the height, not a cap (see app.css).
-      bench.classList.add("sized");
-      bench.style.setProperty("--panel-height", h + "px");
+      root.classList.add("wb-sized");
+      root.style.setProperty("--panel-height", h + "px");
       const split = $("split-panel");
       if (split) split.setAttribute("aria-valuenow", String(h));
       if (keep) store(PANEL_KEY, h);
@@ -754,11 +776,11 @@
     let panelShown = "terminals";
 
     function panelHidden() {
-      return bench.classList.contains("panel-hidden");
+      return root.classList.contains("wb-panel-hidden");
     }
 
     function setPanelHidden(hidden) {
-      bench.classList.toggle("panel-hidden", hidden);
+      root.classList.toggle("wb-panel-hidden", hidden);
       if (panelToggle) {
         panelToggle.textContent = hidden ? "Show" : "Hide";
         panelToggle.setAttribute("aria-expanded", hidden ? "false" : "true");
@@ -1116,18 +1138,16 @@
       isDirty(path) { const t = tabOf(String(path || "")); return !!t && (t.dirty() || !t.exists); },
     });
 
-    // Sizes as this browser last left them; the grid's defaults otherwise.
-    const w = Number(stored(EXPLORER_KEY));
-    if (w > 0) setExplorer(w, false);
-    const h = Number(stored(PANEL_KEY));
-    if (h > 0) setPanel(h, false);
-    if (stored(PANEL_HIDDEN_KEY)) setPanelHidden(true);
+    // The stored sizes are on <html> already; keep them inside this window.
+    if (stored(EXPLORER_KEY)) setExplorer(explorerWidth(), false);
+    if (stored(PANEL_KEY) && !panelHidden()) setPanel(panelHeight(), false);
+    setPanelHidden(panelHidden());
     divider($("split-explorer"), "x");
     divider($("split-panel"), "y");
     window.addEventListener("resize", () => {
       // Keep the panes inside a smaller window, without forgetting the sizes.
       setExplorer(explorerWidth(), false);
-      if (!panelHidden() && bench.classList.contains("sized")) setPanel(panelHeight(), false);
+      if (!panelHidden() && root.classList.contains("wb-sized")) setPanel(panelHeight(), false);
     });
 
     noteClock(section.dataset.idleDeadline, section.dataset.serverNow);

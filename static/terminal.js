@@ -5,8 +5,12 @@
 // The page provides:
 //   <section id="terminals" data-base="/projects/ID/sessions/SID">
 //     <nav id="terminal-tabs"></nav> <button id="new-terminal">
-//     <div id="terminal-panes"></div> <p id="terminal-error" hidden></p>
+//     <div id="terminal-panes"><p id="terminal-hint"></p></div>
+//     <p id="terminal-error" hidden></p>
 //   <meta name="csrf-token">
+// The workbench (session.js) sizes the pane; every change of its size is
+// fitted and sent to the shell. It asks for the keyboard with the event
+// "atelier:terminal-focus" on document.
 // htmx never swaps #terminal-panes, so the terminals and their event
 // streams live as long as the page.
 //
