@@ -36,16 +36,25 @@ type Found struct {
 	Partial bool `json:"partial,omitempty"`
 }
 
+// CheckFindQuery refuses a quick open query that is too long or not text;
+// every quick open (the Code page's, an edit session's) asks it first.
+func CheckFindQuery(query string) error {
+	if len(query) > MaxFindQuery {
+		return ErrQueryTooLong
+	}
+	if !utf8.ValidString(query) {
+		return ErrBadQuery
+	}
+	return nil
+}
+
 // Find ranks the project's file paths against query, best first, at most
 // limit (MaxFindResults when limit is out of range). A Container project
 // answers from the code store's index of its canonical tree; a Local one
 // walks its folder, bounded.
 func (s *Service) Find(ctx context.Context, p *models.Project, query string, limit int) (Found, error) {
-	if len(query) > MaxFindQuery {
-		return Found{}, ErrQueryTooLong
-	}
-	if !utf8.ValidString(query) {
-		return Found{}, ErrBadQuery
+	if err := CheckFindQuery(query); err != nil {
+		return Found{}, err
 	}
 	if limit <= 0 || limit > MaxFindResults {
 		limit = MaxFindResults

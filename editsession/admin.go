@@ -89,6 +89,8 @@ type RunningCommand struct {
 	Command   string    `json:"command"`
 	Folder    string    `json:"folder"`
 	StartedAt time.Time `json:"startedAt"`
+	// cancel ends the command's context (CancelCommands).
+	cancel context.CancelCauseFunc
 }
 
 // runningCommands are the commands this instance runs, for site admins.

@@ -2,6 +2,7 @@ package editsession
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -32,9 +33,20 @@ var ErrSandboxBusy = fault.WithRetryAfter(fault.New(fault.Limit, "sandbox_busy",
 	"editsession: the server runs as many commands as it may at once",
 	"The server runs as many commands as it may at once; try again in a few seconds."), busyRetry)
 
+// ErrNoRunningCommand: a cancel found no command of the session running.
+var ErrNoRunningCommand = fault.New(fault.Conflict, "no_running_command",
+	"editsession: no command of this session is running", "No command of this session is running.")
+
+// errCanceledByPerson is the cause a command's context ends with when its
+// session's owner cancels it, told apart from a request that went away.
+var errCanceledByPerson = errors.New("editsession: command canceled by its session's owner")
+
 // CommandResult is what a command did, as the person sees it.
 type CommandResult struct {
-	ExitCode        int      `json:"exitCode"`
+	ExitCode int `json:"exitCode"`
+	// Canceled says the session's owner stopped the command; the output
+	// is what it wrote until then.
+	Canceled        bool     `json:"canceled"`
 	Stdout          string   `json:"stdout"`
 	Stderr          string   `json:"stderr"`
 	StdoutTruncated bool     `json:"stdoutTruncated"`
@@ -75,11 +87,15 @@ func (r *Runtime) RunCommand(ctx context.Context, sess *Session, command, folder
 		return nil, err
 	}
 	start := r.now()
+	// CancelCommands ends runCtx; the sandbox's runner then stops the
+	// command as it would at a timeout.
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	done := r.commands.add(&RunningCommand{SessionID: sess.ID, ProjectID: sess.ProjectID, Project: sess.Project.Name,
-		UserID: sess.UserID, Command: command, Folder: folder, StartedAt: start})
+		UserID: sess.UserID, Command: command, Folder: folder, StartedAt: start, cancel: cancel})
 	r.hint(events.TopicCommands)
 	defer r.hint(events.TopicCommands) // after the audit row, or the failure
-	out, runErr := r.runInCheckout(ctx, sess, uid, command, folder)
+	out, runErr := r.runInCheckout(runCtx, sess, uid, command, folder)
 	end := r.now()
 	done()
 	if _, err := r.sb.Meter.Settle(context.WithoutCancel(ctx), res, start, end); err != nil {
@@ -97,6 +113,25 @@ func (r *Runtime) RunCommand(ctx context.Context, sess *Session, command, folder
 		return nil, err
 	}
 	return out, nil
+}
+
+// CancelCommands stops the commands of sess running on this instance and
+// answers how many it stopped, or ErrNoRunningCommand. Each one's
+// RunCommand then returns a result with Canceled set.
+func (r *Runtime) CancelCommands(sess *Session) (int, error) {
+	n := 0
+	r.commands.mu.Lock()
+	for c := range r.commands.all {
+		if c.SessionID == sess.ID && c.cancel != nil {
+			c.cancel(errCanceledByPerson)
+			n++
+		}
+	}
+	r.commands.mu.Unlock()
+	if n == 0 {
+		return 0, ErrNoRunningCommand
+	}
+	return n, nil
 }
 
 // CommandsHeld is how many commands this instance holds: running, or
@@ -137,6 +172,14 @@ func (r *Runtime) runInCheckout(ctx context.Context, sess *Session, uid uint32, 
 	// Run returns once every process of the command has ended (its PID
 	// namespace goes with it); the session's shells live on.
 	co.lastUsed = r.now()
+	canceled := false
+	var runErr *sandbox.RunError
+	if errors.Is(err, sandbox.ErrCanceled) && errors.Is(context.Cause(ctx), errCanceledByPerson) && errors.As(err, &runErr) {
+		// Stopped on purpose: what it wrote, and what it changed until
+		// then, is the result.
+		result, err, canceled = &runErr.Partial, nil, true
+		ctx = context.WithoutCancel(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +199,7 @@ func (r *Runtime) runInCheckout(ctx context.Context, sess *Session, uid uint32, 
 		stderr += "atelier: " + n + "\n"
 	}
 	return &CommandResult{
-		ExitCode: result.ExitCode, Stdout: string(result.Stdout), Stderr: stderr,
+		ExitCode: result.ExitCode, Canceled: canceled, Stdout: string(result.Stdout), Stderr: stderr,
 		StdoutTruncated: result.StdoutTruncated, StderrTruncated: result.StderrTruncated,
 		DurationMS: result.Duration.Milliseconds(), Notes: notes,
 	}, nil

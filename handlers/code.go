@@ -193,6 +193,7 @@ func (h *Code) file(c *gin.Context, acc *projects.Access, p string) (*fileView, 
 // each path split into runs so the matched characters can be marked.
 type findView struct {
 	ProjectID int64
+	Base      string // an edit session's URL: results open there, not on the Code page
 	Found     code.Found
 	Rows      []findRow
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"atelier/auth"
+	"atelier/code"
 	"atelier/editsession"
 	"atelier/meter"
 	"atelier/models"
@@ -306,6 +307,44 @@ func (h *EditSessions) RunCommand(c *gin.Context) error {
 	}
 	c.Header("HX-Trigger", "refresh")
 	return h.Render.Render(c, http.StatusOK, "partials/command_result", commandView{Result: res, Folder: folder, Cmd: cmd})
+}
+
+// CancelCommands stops the session's running command: 200 with how many
+// were stopped, 409 no_running_command when none runs. The command's own
+// request then answers its result, marked canceled.
+func (h *EditSessions) CancelCommands(c *gin.Context) error {
+	sess, err := h.session(c, true)
+	if err != nil {
+		return err
+	}
+	n, err := h.Runtime.CancelCommands(sess)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, gin.H{"canceled": n})
+	return nil
+}
+
+// Find is quick open over the session's tree: the base's files with the
+// session's added ones, without its deleted ones.
+func (h *EditSessions) Find(c *gin.Context) error {
+	sess, err := h.session(c, false)
+	if err != nil {
+		return err
+	}
+	q := c.Query("q")
+	if err := code.CheckFindQuery(q); err != nil {
+		return err
+	}
+	matches, err := h.Sessions.Find(c.Request.Context(), sess, q, code.MaxFindResults)
+	if err != nil {
+		return err
+	}
+	v := findView{ProjectID: sess.ProjectID, Base: base(sess), Found: code.Found{Query: q, Matches: matches}, Rows: make([]findRow, len(matches))}
+	for i, m := range matches {
+		v.Rows[i] = findRow{Path: m.Path, Runs: runsOf(m.Path, m.Positions)}
+	}
+	return h.Render.Render(c, http.StatusOK, "partials/find", v)
 }
 
 type historyView struct {

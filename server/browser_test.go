@@ -274,6 +274,8 @@ func TestBrowserEditSession(t *testing.T) {
 		signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
+		chromedp.WaitReady(css(`#session[data-started]`)), // session.js listens
+		chromedp.Click(css(`#panel-tab-changes`)),
 		shows(`#changes h2`), // htmx has loaded the panels
 		// The tree may be swapped by a refresh at any moment; a click by
 		// script finds the link as it is now.
@@ -288,7 +290,7 @@ func TestBrowserEditSession(t *testing.T) {
 	sessionURL, _ := chromedp.Run(ctx, chromedp.Location())
 	// The editor lives in a shadow root (its styles pass the page's CSP
 	// there), so it is reached through script.
-	const content = `document.querySelector("#editor").shadowRoot?.querySelector(".cm-content")`
+	const content = `document.querySelector("#editor")?.shadowRoot?.querySelector(".cm-content")`
 	editorText := func() string {
 		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(`+content+`)?.innerText ?? ""`))
 		if err != nil {
@@ -333,6 +335,7 @@ func TestBrowserEditSession(t *testing.T) {
 	waitFor("the saved edit after a reload", func() bool { return strings.Contains(editorText(), "from the browser") })
 
 	err = do(ctx,
+		chromedp.Click(css(`#panel-tab-changes`)),
 		shows(`#changes li.modified a`),
 		chromedp.Click(css(`#changes li.modified a`)),
 		shows(`#diff pre.unified .add`),
@@ -345,12 +348,11 @@ func TestBrowserEditSession(t *testing.T) {
 		t.Fatalf("the diff's added line is %q", added)
 	}
 
-	// Discard: confirmed, back on the Code page, and the session is gone.
-	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.confirm = () => true; true`)); err != nil {
-		t.Fatal(err)
-	}
+	// Discard: confirmed inline, back on the Code page, and the session is gone.
 	err = do(ctx,
-		chromedp.Click(css(`.danger-zone button.danger`)),
+		chromedp.Click(css(`#discard`)),
+		shows(`#discard-confirm`),
+		chromedp.Click(css(`#discard-yes`)),
 		chromedp.WaitVisible(css(`button#edit`)),
 	)
 	if err != nil {
@@ -371,7 +373,7 @@ func TestBrowserIdleWarning(t *testing.T) {
 	err := do(ctx,
 		signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+base),
-		shows(`#changes h2`),
+		showsText(`#changes h2`, "Changes"),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -476,12 +478,16 @@ func TestBrowserCommand(t *testing.T) {
 	err := do(ctx, signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
-		shows(`#changes h2`),
+		showsText(`#changes h2`, "Changes"),
+		chromedp.WaitReady(css(`#session[data-started]`)), // session.js listens
+		chromedp.Click(css(`#panel-tab-command`)),
 		typeInto(`input[name=command]`, "echo made > made.txt; echo from-the-box"),
 		chromedp.Click(css(`form.command button`)),
 		shows(`.command-result pre.stdout`),
+		chromedp.Click(css(`#panel-tab-changes`)),
 		shows(`#changes li.added[data-path="made.txt"]`),
 		shows(`#session-tree a[data-path="made.txt"]`),
+		chromedp.Click(css(`#panel-tab-command`)),
 		// The history follows the command's end, when its time is settled.
 		showsText(`#command-history`, "echo made > made.txt"),
 		showsText(`#command-history`, "Sandbox time this month: 2 of 1200 min"),
@@ -670,6 +676,10 @@ func TestBrowserDashboardMeterMoves(t *testing.T) {
 	if text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#commands`))); !strings.Contains(text, "sleep 2; echo ran") || strings.Contains(text, "\nran") {
 		t.Errorf("the commands panel reads %q: the command, never its output", text)
 	}
+	if err := do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
+		t.Fatal(err)
+	}
+	screenshot(ctx, t, "dashboard")
 }
 
 // A person edits two files and adds one (by a command in the session),
@@ -686,9 +696,13 @@ func TestBrowserSubmitAndRelease(t *testing.T) {
 	err := do(ctx, signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
-		shows(`#changes h2`),
+		showsText(`#changes h2`, "Changes"),
+		chromedp.WaitReady(css(`#session[data-started]`)), // session.js listens
+		chromedp.Click(css(`#panel-tab-command`)),
 		typeInto(`input[name=command]`, "echo from the browser >> README.md; echo '// more' >> src/main.go; echo new > added.txt"),
 		chromedp.Click(css(`form.command button`)),
+		shows(`.command-result`),
+		chromedp.Click(css(`#panel-tab-changes`)),
 		shows(`#changes li.added[data-path="added.txt"]`),
 		shows(`#changes li.modified[data-path="README.md"]`),
 		shows(`#changes li.modified[data-path="src/main.go"]`),
@@ -706,6 +720,10 @@ func TestBrowserSubmitAndRelease(t *testing.T) {
 	if !strings.Contains(heading, "Three files from the browser") {
 		t.Fatalf("the change page's heading %q", heading)
 	}
+	if err := do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
+		t.Fatal(err)
+	}
+	screenshot(ctx, t, "change")
 	err = do(ctx,
 		chromedp.Click(css(`#change-status button#release`)),
 		showsText(`#change-status #status`, "released"),

@@ -1,17 +1,65 @@
-// The edit session page: opens files from the tree in the editor
-// (static/vendor/codemirror.min.js, window.AtelierEditor), saves and deletes
-// them through the session's file API, and warns before the session times
-// out for lack of activity.
+// The edit session's workbench: files open as editor tabs (CodeMirror,
+// static/vendor/codemirror.min.js, window.AtelierEditor), saved through the
+// session's file API; a bottom panel with the terminals (terminal.js), the
+// command box and the changes; dividers that resize the panes and are
+// remembered per browser; quick open and the keyboard shortcuts; and the
+// warning before the session times out for lack of activity.
 //
 // The page provides:
 //   <section id="session" data-project data-session data-base data-idle-ms
 //            data-idle-deadline data-server-now data-open-path>
+//   #workbench with #session-tree, #split-explorer, #split-panel, #panel
 //   a.open-file[data-path] links in the tree (swapped by htmx at any time)
-//   #editor #editor-path #editor-status #save #new-file #delete-file
+//   #editor-tabs #editors #editor-empty #editor-path #editor-status #save
+//   panel tabs [role=tab][data-panel] for #panel-terminals, #panel-command,
+//     #panel-changes; #panel-toggle
+//   #command-form #command-run #command-cancel #command-state #command-result
+//   buttons [data-confirm] with their inline questions (Discard, Rebase)
+//   dialogs #finder (#find-query, #find-box) and #shortcuts
 //   #idle-warning (hidden) with #idle-countdown and #keep-working
 //   <meta name="csrf-token">
+//
+// For the explorer (explorer.js) it defines window.AtelierWorkbench:
+//   open(path)            open path in a tab, or show its tab
+//   closeTab(path)        close its tab; a tab with unsaved changes asks
+//                         inline first (answers false then)
+//   renamed(from, to)     a file or folder was renamed: its tabs follow
+//   deleted(path)         a file or folder was deleted: its tabs close
+//   isDirty(path)         whether path's tab has unsaved changes
 (function () {
   "use strict";
+
+  // Sizes of the panes, in CSS pixels, and where they are kept.
+  const EXPLORER_KEY = "atelier.workbench.explorerWidth";
+  const PANEL_KEY = "atelier.workbench.panelHeight";
+  const PANEL_HIDDEN_KEY = "atelier.workbench.panelHidden";
+  const MIN_EXPLORER = 140;
+  const MIN_EDITORS = 240;
+  const MIN_PANEL = 90;
+  const MIN_EDITOR_ROWS = 120;
+  const KEY_STEP = 24;
+
+  // The sizes this browser last chose go on <html> at once: this script is
+  // loaded without defer, so the panes are drawn at their size the first
+  // time (app.css reads --explorer-width, --panel-height, wb-sized and
+  // wb-panel-hidden).
+  const root = document.documentElement;
+  (function applyStoredSizes() {
+    let w = 0, h = 0, hidden = false;
+    try {
+      w = Number(localStorage.getItem(EXPLORER_KEY)) || 0;
+      h = Number(localStorage.getItem(PANEL_KEY)) || 0;
+      hidden = !!localStorage.getItem(PANEL_HIDDEN_KEY);
+    } catch (_) {
+      return;
+    }
+    if (w > 0) root.style.setProperty("--explorer-width", w + "px");
+    if (h > 0) {
+      root.style.setProperty("--panel-height", h + "px");
+      root.classList.add("wb-sized");
+    }
+    if (hidden) root.classList.add("wb-panel-hidden");
+  })();
 
   function start() {
     const section = document.getElementById("session");
@@ -19,12 +67,13 @@
     section.dataset.started = "1";
 
     const $ = (id) => document.getElementById(id);
-    const editorEl = $("editor");
+    const bench = $("workbench");
+    const tabsEl = $("editor-tabs");
+    const editorsEl = $("editors");
+    const emptyEl = $("editor-empty");
     const pathEl = $("editor-path");
     const statusEl = $("editor-status");
     const saveBtn = $("save");
-    const newBtn = $("new-file");
-    const deleteBtn = $("delete-file");
     const warning = $("idle-warning");
     const countdown = $("idle-countdown");
     const keepBtn = $("keep-working");
@@ -34,21 +83,7 @@
     const idleMs = Number(section.dataset.idleMs) || 0;
     const codePage = atelierURL("/projects", [project, "code"]);
 
-    if (statusEl && !statusEl.hasAttribute("role")) statusEl.setAttribute("role", "status");
-    if (warning && !warning.hasAttribute("role")) warning.setAttribute("role", "alert");
-
-    // ---- state ----------------------------------------------------------
-
-    // current: the open file. etag is the version the editor's text is
-    // based on; exists is false for a new file that was never saved; saved
-    // is the text as last read or written, to tell whether there are
-    // unsaved changes.
-    let current = null;
-    let editor = null;
     let ended = false;
-    let saving = null; // the promise of the save in flight
-    let saveAgain = false; // Ctrl-S pressed while a save was in flight
-    let openSeq = 0; // to drop answers to superseded opens
 
     // ---- small helpers --------------------------------------------------
 
@@ -61,61 +96,14 @@
       return atelierURL(base, ["file"], { path });
     }
 
-    // setStatus shows text in #editor-status; state (saved, dirty, busy,
-    // error, ended) goes to data-state for the stylesheet. extra, if given,
-    // is an element appended after the text (a link or a button).
-    function setStatus(text, state, extra) {
-      if (!statusEl) return;
-      statusEl.textContent = text;
-      statusEl.dataset.state = state || "";
-      if (extra) {
-        statusEl.append(" ", extra);
-      }
-    }
-
-    function isDirty() {
-      return !!(current && editor && editor.getText() !== current.saved);
-    }
-
-    function showCleanOrDirty() {
-      if (!current) return;
-      if (isDirty()) setStatus("unsaved changes", "dirty");
-      else if (current.exists) setStatus("saved", "saved");
-      else setStatus("new file, not saved yet", "dirty");
-    }
-
-    function updateButtons() {
-      const open = !!current && !ended;
-      if (saveBtn) saveBtn.disabled = !open;
-      if (deleteBtn) deleteBtn.disabled = !open;
-      if (newBtn) newBtn.disabled = ended;
-    }
-
-    // markOpenInTree flags the tree's link to the open file.
-    function markOpenInTree() {
-      for (const a of document.querySelectorAll("a.open-file")) {
-        if (current && a.dataset.path === current.path) a.setAttribute("aria-current", "true");
-        else a.removeAttribute("aria-current");
-      }
-    }
-
-    // refreshPanels asks htmx to reload the changes list and the tree
-    // (they listen for "refresh from:body").
+    // refreshPanels asks htmx to reload the tree, the changes and the
+    // history (they listen for "refresh from:body").
     function refreshPanels() {
       if (window.htmx && typeof window.htmx.trigger === "function") {
         window.htmx.trigger(document.body, "refresh");
       } else {
         document.body.dispatchEvent(new CustomEvent("refresh", { bubbles: true }));
       }
-    }
-
-    function reloadButton() {
-      const b = document.createElement("button");
-      b.type = "button";
-      b.className = "link";
-      b.textContent = "Reload";
-      b.addEventListener("click", () => { if (current) openFile(current.path, true); });
-      return b;
     }
 
     // problemText reads the {"error", "reason", "hint"} body of a failed
@@ -130,6 +118,34 @@
         // not JSON
       }
       return msg || ("The server answered " + res.status + (res.statusText ? " " + res.statusText : "") + ".");
+    }
+
+    function toast(text) {
+      if (typeof window.atelierToast === "function") window.atelierToast(text);
+    }
+
+    // typing says whether a key went to a text field (in the editor's
+    // shadow root too), where "?" is a character, not a shortcut.
+    function typing(event) {
+      const t = event.composedPath ? event.composedPath()[0] : event.target;
+      return !!t && t instanceof Element && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName));
+    }
+
+    function store(key, value) {
+      try {
+        if (value === null) localStorage.removeItem(key);
+        else localStorage.setItem(key, String(value));
+      } catch (_) {
+        // private mode or full: sizes simply are not remembered
+      }
+    }
+
+    function stored(key) {
+      try {
+        return localStorage.getItem(key);
+      } catch (_) {
+        return null;
+      }
     }
 
     // ---- the idle deadline ----------------------------------------------
@@ -191,7 +207,7 @@
     async function call(method, url, opts) {
       const o = opts || {};
       const headers = new Headers(o.headers || {});
-      headers.set("Accept", "application/json");
+      if (!headers.has("Accept")) headers.set("Accept", "application/json");
       if (method !== "GET" && method !== "HEAD") headers.set("X-CSRF-Token", csrf());
       const res = await fetch(url, {
         method,
@@ -213,225 +229,425 @@
       return res;
     }
 
-    function networkTrouble(what, err) {
-      if (err instanceof Ended) return;
-      setStatus("Could not " + what + ": " + (err && err.message ? err.message : "network error") +
-        (current ? " Your text is still here." : ""), "error");
+    function trouble(err) {
+      return (err && err.message ? err.message : "network error");
     }
 
-    // ---- the editor -----------------------------------------------------
+    // ---- editor tabs ----------------------------------------------------
 
-    function showFile(path, text, etag, exists) {
-      if (editor) editor.destroy();
-      editor = null;
-      current = { path, etag, exists, saved: text };
-      if (pathEl) pathEl.textContent = path;
-      if (editorEl && window.AtelierEditor) {
-        editor = window.AtelierEditor.create(editorEl, {
-          doc: text,
-          filename: path,
-          onSave: () => { save(); },
-          onChange: showCleanOrDirty,
-        });
-        if (ended) editor.setReadOnly(true);
-      } else {
-        setStatus("The editor failed to load; reload the page.", "error");
-      }
-      showCleanOrDirty();
-      updateButtons();
-      markOpenInTree();
-    }
-
-    function closeFile() {
-      if (editor) editor.destroy();
-      editor = null;
-      current = null;
-      if (pathEl) pathEl.textContent = "";
-      updateButtons();
-      markOpenInTree();
-    }
-
+    // A Tab is one open file. etag is the version its text is based on;
+    // exists is false for a file not saved yet; saved is the text as last
+    // read or written, which tells whether there are unsaved changes.
+    const tabs = [];
+    let active = null;
+    let hostCounter = 0;
     const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
-    // openFile loads path into the editor. reload: the person asked to see
-    // the version on disk of the file already open.
-    async function openFile(path, reload) {
-      if (ended || !path) return;
-      if (!reload && current && current.path === path) {
-        if (editor) editor.focus();
+    class Tab {
+      constructor(path, text, etag, exists) {
+        this.path = path;
+        this.etag = etag;
+        this.exists = exists;
+        this.saved = text;
+        this.saving = null; // the promise of the save in flight
+        this.saveAgain = false; // Ctrl+S pressed while a save was in flight
+        this.status = { text: "", state: "", extra: null };
+        this.closed = false;
+
+        this.host = document.createElement("div");
+        this.host.className = "editor";
+        this.host.id = "editor-host-" + ++hostCounter;
+        this.host.setAttribute("role", "tabpanel");
+        this.host.hidden = true;
+
+        this.el = document.createElement("div");
+        this.el.className = "editor-tab";
+        this.el.setAttribute("role", "presentation");
+        this.titleBtn = document.createElement("button");
+        this.titleBtn.type = "button";
+        this.titleBtn.className = "editor-tab-title";
+        this.titleBtn.setAttribute("role", "tab");
+        this.titleBtn.setAttribute("aria-controls", this.host.id);
+        this.label = document.createElement("span");
+        this.dirtyMark = document.createElement("span");
+        this.dirtyMark.className = "dirty-mark";
+        this.dirtyMark.textContent = "●";
+        this.dirtyMark.title = "Unsaved changes";
+        this.dirtyMark.hidden = true;
+        this.titleBtn.append(this.label, this.dirtyMark);
+        this.closeBtn = document.createElement("button");
+        this.closeBtn.type = "button";
+        this.closeBtn.className = "editor-tab-close";
+        this.closeBtn.textContent = "×";
+        this.el.append(this.titleBtn, this.closeBtn);
+        this.setPath(path);
+
+        this.titleBtn.addEventListener("click", () => activate(this));
+        this.closeBtn.addEventListener("click", () => { closeTab(this); });
+        // A middle click closes, as in other editors.
+        this.titleBtn.addEventListener("auxclick", (e) => { if (e.button === 1) closeTab(this); });
+
+        tabsEl.appendChild(this.el);
+        editorsEl.appendChild(this.host);
+        this.editor = null;
+        if (window.AtelierEditor) {
+          this.editor = window.AtelierEditor.create(this.host, {
+            doc: text,
+            filename: path,
+            onSave: () => { save(this); },
+            onChange: () => this.showDirty(),
+          });
+          if (ended) this.editor.setReadOnly(true);
+        } else {
+          this.setStatus("The editor failed to load; reload the page.", "error");
+        }
+      }
+
+      setPath(path) {
+        this.path = path;
+        this.el.dataset.path = path;
+        this.titleBtn.title = path;
+        this.closeBtn.setAttribute("aria-label", "Close " + path);
+        this.closeBtn.title = "Close " + path;
+        labelTabs();
+      }
+
+      text() {
+        return this.editor ? this.editor.getText() : this.saved;
+      }
+
+      dirty() {
+        return !!this.editor && this.editor.getText() !== this.saved;
+      }
+
+      // showDirty updates the tab's mark and, when nothing else is being
+      // said, its status.
+      showDirty() {
+        const dirty = this.dirty() || !this.exists;
+        this.dirtyMark.hidden = !dirty;
+        this.el.dataset.dirty = dirty ? "true" : "false";
+        if (this.saving) return;
+        if (this.status.state === "error" || this.status.state === "ended") {
+          if (!this.dirty()) return;
+        }
+        if (this.dirty()) this.setStatus("unsaved changes", "dirty");
+        else if (this.exists) this.setStatus("saved", "saved");
+        else this.setStatus("new file, not saved yet", "dirty");
+      }
+
+      // setStatus is what the status line says while this tab is shown;
+      // extra, if given, is an element after the text (a link, a button).
+      setStatus(text, state, extra) {
+        this.status = { text, state: state || "", extra: extra || null };
+        if (this === active) renderStatus();
+      }
+
+      dispose() {
+        this.closed = true;
+        if (this.editor) this.editor.destroy();
+        this.editor = null;
+        this.el.remove();
+        this.host.remove();
+      }
+    }
+
+    // labelTabs names each tab by its file's name, with its folder when two
+    // open files share a name.
+    function labelTabs() {
+      const count = {};
+      const nameOf = (p) => p.slice(p.lastIndexOf("/") + 1);
+      for (const t of tabs) count[nameOf(t.path)] = (count[nameOf(t.path)] || 0) + 1;
+      for (const t of tabs) {
+        const name = nameOf(t.path);
+        const dir = t.path.includes("/") ? t.path.slice(0, t.path.lastIndexOf("/")) : "";
+        t.label.textContent = count[name] > 1 && dir ? name + " — " + dir : name;
+      }
+    }
+
+    function renderStatus() {
+      if (!statusEl) return;
+      const s = active ? active.status : { text: "", state: "", extra: null };
+      statusEl.textContent = s.text;
+      statusEl.dataset.state = s.state;
+      if (s.extra) statusEl.append(" ", s.extra);
+    }
+
+    // say shows a status with no tab behind it (nothing is open).
+    function say(text, state, extra) {
+      if (active) {
+        active.setStatus(text, state, extra);
         return;
       }
-      if (saving) await saving.catch(() => {});
-      if (isDirty()) {
-        const question = current.path === path
-          ? "Discard your unsaved changes to " + path + " and load the version on disk?"
-          : "Discard your unsaved changes to " + current.path + "?";
-        if (!window.confirm(question)) return;
+      if (!statusEl) return;
+      statusEl.textContent = text;
+      statusEl.dataset.state = state || "";
+      if (extra) statusEl.append(" ", extra);
+    }
+
+    // flash shows a passing word (opening…, an open that failed) without
+    // making it any tab's status: the next tab shown says its own again.
+    function flash(text, state) {
+      if (!statusEl) return;
+      statusEl.textContent = text;
+      statusEl.dataset.state = state || "";
+    }
+
+    function tabOf(path) {
+      return tabs.find((t) => t.path === path) || null;
+    }
+
+    // activate shows tab (or nothing) in the editor area. The shown
+    // editor's host carries id="editor".
+    function activate(tab, focus = true) {
+      active = tab;
+      for (const t of tabs) {
+        const on = t === tab;
+        t.host.hidden = !on;
+        if (on) t.host.id = "editor";
+        else if (t.host.id === "editor") t.host.id = "editor-host-" + ++hostCounter;
+        t.titleBtn.setAttribute("aria-controls", t.host.id);
+        t.titleBtn.setAttribute("aria-selected", on ? "true" : "false");
+        t.titleBtn.tabIndex = on ? 0 : -1;
+        t.el.classList.toggle("current", on);
+      }
+      if (emptyEl) emptyEl.hidden = !!tab;
+      if (pathEl) pathEl.textContent = tab ? tab.path : "";
+      if (saveBtn) saveBtn.disabled = !tab || ended;
+      renderStatus();
+      markOpenInTree();
+      if (tab) {
+        tab.el.scrollIntoView({ block: "nearest", inline: "nearest" });
+        if (focus && tab.editor) tab.editor.focus();
+      }
+    }
+
+    // markOpenInTree flags the tree's link to the shown file.
+    function markOpenInTree() {
+      for (const a of document.querySelectorAll("#session-tree a.open-file")) {
+        if (active && a.dataset.path === active.path) a.setAttribute("aria-current", "true");
+        else a.removeAttribute("aria-current");
+      }
+    }
+
+    function removeTab(tab) {
+      const at = tabs.indexOf(tab);
+      if (at < 0) return;
+      tabs.splice(at, 1);
+      tab.dispose();
+      labelTabs();
+      if (active === tab) activate(tabs[Math.min(at, tabs.length - 1)] || null);
+    }
+
+    // closeTab closes tab; with unsaved changes it first asks, inline in
+    // the tab itself, and answers false.
+    function closeTab(tab, force) {
+      if (!tab || tab.closed) return true;
+      if (!force && !ended && (tab.dirty() || (!tab.exists && tab.text() !== ""))) {
+        askInTab(tab);
+        return false;
+      }
+      removeTab(tab);
+      return true;
+    }
+
+    function askInTab(tab) {
+      if (tab.el.querySelector(".tab-confirm")) {
+        tab.el.querySelector(".tab-confirm button").focus();
+        return;
+      }
+      activate(tab, false);
+      const ask = document.createElement("span");
+      ask.className = "tab-confirm";
+      ask.setAttribute("role", "group");
+      ask.setAttribute("aria-label", "Close " + tab.path + " without saving?");
+      const q = document.createElement("span");
+      q.textContent = "Unsaved. Close?";
+      const discard = document.createElement("button");
+      discard.type = "button";
+      discard.className = "danger tab-discard";
+      discard.textContent = "Discard";
+      const keep = document.createElement("button");
+      keep.type = "button";
+      keep.className = "secondary tab-keep";
+      keep.textContent = "Keep";
+      ask.append(q, discard, keep);
+      tab.closeBtn.hidden = true;
+      tab.el.appendChild(ask);
+      const done = () => {
+        ask.remove();
+        tab.closeBtn.hidden = false;
+      };
+      discard.addEventListener("click", () => { done(); removeTab(tab); });
+      keep.addEventListener("click", () => { done(); if (tab.editor) tab.editor.focus(); });
+      ask.addEventListener("keydown", (e) => {
+        if (e.key === "Escape") { e.preventDefault(); done(); tab.titleBtn.focus(); }
+      });
+      tab.setStatus("Unsaved changes in " + tab.path + ": discard them and close, or keep the tab.", "dirty");
+      keep.focus();
+    }
+
+    let openSeq = 0; // to drop answers to superseded opens of the same file
+
+    // openFile shows path in its tab, loading it first if it is not open.
+    // reload: read the version on disk into the open tab.
+    async function openFile(path, reload) {
+      if (ended || !path) return null;
+      let tab = tabOf(path);
+      if (tab && !reload) {
+        activate(tab);
+        return tab;
       }
       const seq = ++openSeq;
-      setStatus("opening " + path + "…", "busy");
+      flash("opening " + path + "…", "busy");
       let res, text;
       try {
         res = await call("GET", fileURL(path));
-        if (seq !== openSeq) return;
+        if (res.status === 404 && !tab) {
+          // Not there (yet): a new file, created by its first save.
+          tab = tabOf(path) || new Tab(path, "", null, false);
+          if (!tabs.includes(tab)) tabs.push(tab);
+          labelTabs();
+          activate(tab);
+          tab.showDirty();
+          return tab;
+        }
         if (!res.ok) {
-          setStatus(await problemText(res), "error");
-          return;
+          const msg = await problemText(res);
+          flash(msg, "error");
+          toast(msg);
+          return null;
         }
         const bytes = await res.arrayBuffer();
-        if (seq !== openSeq) return;
         try {
           // ignoreBOM keeps a byte order mark in the text, so it is saved back.
           text = utf8.decode(bytes);
         } catch (_) {
-          setStatus(path + " is not UTF-8 text, so it cannot be edited here.", "error");
-          return;
+          const msg = path + " is not UTF-8 text, so it cannot be edited here.";
+          flash(msg, "error");
+          toast(msg);
+          return null;
         }
       } catch (err) {
-        if (seq === openSeq) networkTrouble("open " + path, err);
-        return;
+        if (!(err instanceof Ended)) flash("Could not open " + path + ": " + trouble(err), "error");
+        return null;
       }
-      showFile(path, text, res.headers.get("ETag"), true);
-      if (editor) editor.focus();
+      tab = tabOf(path);
+      if (tab) {
+        // A reload of the open tab: the text on disk replaces what is shown.
+        tab.etag = res.headers.get("ETag");
+        tab.exists = true;
+        tab.saved = text;
+        if (tab.editor) tab.editor.setText(text);
+        tab.showDirty();
+        activate(tab);
+        return tab;
+      }
+      tab = new Tab(path, text, res.headers.get("ETag"), true);
+      tabs.push(tab);
+      labelTabs();
+      activate(tab, seq === openSeq);
+      tab.showDirty();
+      return tab;
     }
 
-    // save writes the open file. A second Ctrl-S during a save runs once
-    // the first has finished.
-    function save() {
+    function reloadButton(tab) {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = "link";
+      b.textContent = "Reload";
+      b.addEventListener("click", () => { openFile(tab.path, true); });
+      return b;
+    }
+
+    // save writes tab (the shown one by default). A second Ctrl+S during a
+    // save runs once the first has finished.
+    function save(tab) {
+      tab = tab || active;
       if (ended) return Promise.resolve();
-      if (!current) {
-        setStatus("No file is open.", "error");
+      if (!tab) {
+        say("No file is open.", "error");
         return Promise.resolve();
       }
-      if (saving) {
-        saveAgain = true;
-        return saving;
+      if (tab.saving) {
+        tab.saveAgain = true;
+        return tab.saving;
       }
-      saving = doSave().finally(() => {
-        saving = null;
-        if (saveAgain) {
-          saveAgain = false;
-          if (isDirty()) save();
+      tab.saving = doSave(tab).finally(() => {
+        tab.saving = null;
+        if (tab.saveAgain) {
+          tab.saveAgain = false;
+          if (tab.dirty()) save(tab);
         }
       });
-      return saving;
+      return tab.saving;
     }
 
-    async function doSave() {
-      const file = current;
-      const text = editor ? editor.getText() : file.saved;
+    async function doSave(tab) {
+      const path = tab.path;
+      const text = tab.text();
       const headers = { "Content-Type": "text/plain; charset=utf-8" };
-      if (file.exists) headers["If-Match"] = file.etag || "";
+      if (tab.exists) headers["If-Match"] = tab.etag || "";
       else headers["If-None-Match"] = "*";
-      setStatus("saving…", "busy");
+      tab.setStatus("saving…", "busy");
       let res;
       try {
-        res = await call("PUT", fileURL(file.path), { headers, body: text });
+        res = await call("PUT", fileURL(path), { headers, body: text });
       } catch (err) {
-        if (file === current) networkTrouble("save " + file.path, err);
+        if (!(err instanceof Ended)) tab.setStatus("Could not save " + path + ": " + trouble(err) + " Your text is still here.", "error");
         return;
       }
       if (res.ok) {
-        file.etag = res.headers.get("ETag");
-        file.exists = true;
-        file.saved = text;
-        if (file === current) showCleanOrDirty();
+        tab.etag = res.headers.get("ETag");
+        tab.exists = true;
+        tab.saved = text;
+        tab.status.state = "";
+        tab.saving = null;
+        tab.showDirty();
         refreshPanels();
         return;
       }
-      if (file !== current) return;
       if (res.status === 412) {
-        setStatus(file.exists
-          ? "Not saved: " + file.path + " was changed in another tab — reload to see it."
-          : "Not saved: " + file.path + " was created in another tab — reload to see it.",
-          "error", reloadButton());
+        tab.setStatus(tab.exists
+          ? "Not saved: " + path + " was changed in another tab — reload to see it."
+          : "Not saved: " + path + " was created in another tab — reload to see it.",
+          "error", reloadButton(tab));
         return;
       }
-      setStatus("Not saved: " + (await problemText(res)), "error");
+      const msg = "Not saved: " + (await problemText(res));
+      tab.setStatus(msg, "error");
+      toast(msg);
     }
 
-    async function deleteFile() {
-      if (ended || !current) return;
-      const file = current;
-      if (!file.exists) {
-        if (window.confirm("Discard the new file " + file.path + "? It was never saved.")) {
-          closeFile();
-          setStatus("Choose a file in the tree, or make a new one.", "");
+    // retitle moves the tabs of path (a file, or everything under a
+    // folder) to their new path, and learns the new file's version.
+    async function renamed(from, to) {
+      for (const tab of tabs.slice()) {
+        let next = "";
+        if (tab.path === from) next = to;
+        else if (tab.path.startsWith(from + "/")) next = to + tab.path.slice(from.length);
+        else continue;
+        tab.setPath(next);
+        try {
+          const res = await call("GET", fileURL(next));
+          if (!res.ok) continue;
+          const text = utf8.decode(await res.arrayBuffer());
+          tab.etag = res.headers.get("ETag");
+          tab.exists = true;
+          if (!tab.dirty() && tab.editor) tab.editor.setText(text);
+          tab.saved = text;
+          tab.showDirty();
+        } catch (_) {
+          // The tab keeps its text; a save will say what is wrong.
         }
-        return;
       }
-      if (!window.confirm("Delete " + file.path + "?")) return;
-      if (saving) await saving.catch(() => {});
-      setStatus("deleting " + file.path + "…", "busy");
-      let res;
-      try {
-        res = await call("DELETE", fileURL(file.path), { headers: { "If-Match": file.etag || "" } });
-      } catch (err) {
-        networkTrouble("delete " + file.path, err);
-        return;
-      }
-      if (res.ok) {
-        if (file === current) closeFile();
-        setStatus("deleted " + file.path, "saved");
-        refreshPanels();
-        return;
-      }
-      if (file !== current) {
-        setStatus("Not deleted: " + (await problemText(res)), "error");
-        return;
-      }
-      if (res.status === 412) {
-        setStatus("Not deleted: " + file.path + " was changed in another tab — reload to see it.",
-          "error", reloadButton());
-        return;
-      }
-      setStatus("Not deleted: " + (await problemText(res)), "error");
+      if (active && pathEl) pathEl.textContent = active.path;
+      markOpenInTree();
     }
 
-    async function newFile() {
-      if (ended) return;
-      const dir = current && current.path.includes("/")
-        ? current.path.slice(0, current.path.lastIndexOf("/") + 1) : "";
-      const answer = window.prompt("Path of the new file:", dir);
-      if (answer === null) return;
-      const path = answer.trim().replace(/^\/+/, "");
-      if (!path || path.endsWith("/")) {
-        setStatus("A new file needs a name.", "error");
-        return;
+    function deleted(path) {
+      for (const tab of tabs.slice()) {
+        if (tab.path === path || tab.path.startsWith(path + "/")) removeTab(tab);
       }
-      if (saving) await saving.catch(() => {});
-      if (isDirty() && !window.confirm("Discard your unsaved changes to " + current.path + "?")) return;
-      // Open it instead if it is there already.
-      const seq = ++openSeq;
-      setStatus("checking " + path + "…", "busy");
-      let res;
-      try {
-        res = await call("GET", fileURL(path));
-      } catch (err) {
-        if (seq === openSeq) networkTrouble("check " + path, err);
-        return;
-      }
-      if (seq !== openSeq) return;
-      if (res.status === 404) {
-        showFile(path, "", null, false);
-        if (editor) editor.focus();
-        return;
-      }
-      if (!res.ok) {
-        setStatus(await problemText(res), "error");
-        return;
-      }
-      let text;
-      try {
-        text = utf8.decode(await res.arrayBuffer());
-      } catch (_) {
-        setStatus(path + " already exists and is not UTF-8 text.", "error");
-        return;
-      }
-      if (seq !== openSeq) return;
-      showFile(path, text, res.headers.get("ETag"), true);
-      setStatus(path + " already exists; opened it.", "saved");
-      if (editor) editor.focus();
     }
 
     async function keepWorking() {
@@ -440,7 +656,7 @@
       try {
         const res = await call("POST", atelierURL(base, ["keepalive"]));
         if (!res.ok) {
-          setStatus(await problemText(res), "error");
+          say(await problemText(res), "error");
           return;
         }
         let body = null;
@@ -449,32 +665,435 @@
         if (warning) warning.hidden = true;
         tick();
       } catch (err) {
-        networkTrouble("reach the server", err);
+        if (!(err instanceof Ended)) say("Could not reach the server: " + trouble(err), "error");
       } finally {
         if (keepBtn) keepBtn.disabled = false;
       }
     }
 
-    // endSession: the server said 410. Editing stops; the text stays
+    // endSession: the server said 410. Editing stops; the texts stay
     // visible (read-only) so nothing typed is lost from view.
     function endSession(message) {
       if (ended) return;
       ended = true;
       clearInterval(ticker);
       if (warning) warning.hidden = true;
-      if (editor) editor.setReadOnly(true);
-      updateButtons();
+      for (const t of tabs) if (t.editor) t.editor.setReadOnly(true);
+      if (saveBtn) saveBtn.disabled = true;
       section.classList.add("ended");
       const link = document.createElement("a");
       link.href = codePage;
       link.textContent = "Back to the Code page";
-      setStatus(message || "This edit session has ended.", "ended", link);
+      for (const t of tabs) t.status = { text: message || "This edit session has ended.", state: "ended", extra: null };
+      say(message || "This edit session has ended.", "ended", link);
+      command.ended();
     }
+
+    // ---- panes: sizes, dividers, the panel ------------------------------
+
+    function clampExplorer(px) {
+      const most = Math.max(MIN_EXPLORER, bench.clientWidth - MIN_EDITORS);
+      return Math.round(Math.min(Math.max(px, MIN_EXPLORER), most));
+    }
+
+    function clampPanel(px) {
+      const most = Math.max(MIN_PANEL, bench.clientHeight - MIN_EDITOR_ROWS);
+      return Math.round(Math.min(Math.max(px, MIN_PANEL), most));
+    }
+
+    function setExplorer(px, keep) {
+      const w = clampExplorer(px);
+      root.style.setProperty("--explorer-width", w + "px");
+      const split = $("split-explorer");
+      if (split) split.setAttribute("aria-valuenow", String(w));
+      if (keep) store(EXPLORER_KEY, w);
+    }
+
+    function setPanel(px, keep) {
+      const h = clampPanel(px);
+      // A chosen height is the height, not a cap (see app.css).
+      root.classList.add("wb-sized");
+      root.style.setProperty("--panel-height", h + "px");
+      const split = $("split-panel");
+      if (split) split.setAttribute("aria-valuenow", String(h));
+      if (keep) store(PANEL_KEY, h);
+    }
+
+    function explorerWidth() {
+      return $("session-tree").getBoundingClientRect().width;
+    }
+
+    function panelHeight() {
+      return $("panel").getBoundingClientRect().height;
+    }
+
+    // A divider follows the pointer while it is held, and the arrow keys
+    // while it has the focus.
+    function divider(el, axis) {
+      if (!el) return;
+      const horizontal = axis === "x";
+      el.addEventListener("pointerdown", (event) => {
+        if (event.button !== 0) return;
+        event.preventDefault();
+        el.setPointerCapture(event.pointerId);
+        el.classList.add("dragging");
+        document.body.classList.add(horizontal ? "resizing-x" : "resizing-y");
+        const start = horizontal ? event.clientX : event.clientY;
+        const from = horizontal ? explorerWidth() : panelHeight();
+        const move = (e) => {
+          const delta = (horizontal ? e.clientX : e.clientY) - start;
+          if (horizontal) setExplorer(from + delta, false);
+          else setPanel(from - delta, false);
+        };
+        const up = () => {
+          el.removeEventListener("pointermove", move);
+          el.removeEventListener("pointerup", up);
+          el.removeEventListener("pointercancel", up);
+          el.classList.remove("dragging");
+          document.body.classList.remove("resizing-x", "resizing-y");
+          if (horizontal) setExplorer(explorerWidth(), true);
+          else setPanel(panelHeight(), true);
+        };
+        el.addEventListener("pointermove", move);
+        el.addEventListener("pointerup", up);
+        el.addEventListener("pointercancel", up);
+      });
+      el.addEventListener("keydown", (event) => {
+        let delta = 0;
+        if (horizontal && event.key === "ArrowLeft") delta = -KEY_STEP;
+        else if (horizontal && event.key === "ArrowRight") delta = KEY_STEP;
+        else if (!horizontal && event.key === "ArrowUp") delta = KEY_STEP;
+        else if (!horizontal && event.key === "ArrowDown") delta = -KEY_STEP;
+        else return;
+        event.preventDefault();
+        if (horizontal) setExplorer(explorerWidth() + delta, true);
+        else setPanel(panelHeight() + delta, true);
+      });
+    }
+
+    const panelTabs = Array.from(document.querySelectorAll("#panel .panel-tabs [role=tab]"));
+    const panelToggle = $("panel-toggle");
+    let panelShown = "terminals";
+
+    function panelHidden() {
+      return root.classList.contains("wb-panel-hidden");
+    }
+
+    function setPanelHidden(hidden) {
+      root.classList.toggle("wb-panel-hidden", hidden);
+      if (panelToggle) {
+        panelToggle.textContent = hidden ? "Show" : "Hide";
+        panelToggle.setAttribute("aria-expanded", hidden ? "false" : "true");
+      }
+      store(PANEL_HIDDEN_KEY, hidden ? "1" : null);
+    }
+
+    // showPanel shows one of the panel's tabs (terminals, command,
+    // changes), opening the panel if it was hidden.
+    function showPanel(name, focus) {
+      panelShown = name;
+      setPanelHidden(false);
+      for (const t of panelTabs) {
+        const on = t.dataset.panel === name;
+        t.setAttribute("aria-selected", on ? "true" : "false");
+        t.tabIndex = on ? 0 : -1;
+        const body = $(t.getAttribute("aria-controls"));
+        if (body) body.hidden = !on;
+      }
+      if (focus) {
+        if (name === "terminals") document.dispatchEvent(new CustomEvent("atelier:terminal-focus"));
+        else if (name === "command") { const i = document.querySelector("#command-form input[name=command]"); if (i) i.focus(); }
+        else { const t = panelTabs.find((p) => p.dataset.panel === name); if (t) t.focus(); }
+      }
+    }
+
+    // toggleTerminal is Ctrl+`: show the terminals, or hide the panel when
+    // they are what it shows.
+    function toggleTerminal() {
+      if (!panelHidden() && panelShown === "terminals") {
+        setPanelHidden(true);
+        if (active && active.editor) active.editor.focus();
+        return;
+      }
+      showPanel("terminals", true);
+    }
+
+    for (const t of panelTabs) {
+      t.addEventListener("click", () => showPanel(t.dataset.panel, false));
+      t.addEventListener("keydown", (event) => {
+        if (event.key !== "ArrowLeft" && event.key !== "ArrowRight") return;
+        event.preventDefault();
+        const at = panelTabs.indexOf(t);
+        const next = panelTabs[(at + (event.key === "ArrowRight" ? 1 : panelTabs.length - 1)) % panelTabs.length];
+        showPanel(next.dataset.panel, false);
+        next.focus();
+      });
+    }
+    if (panelToggle) panelToggle.addEventListener("click", () => setPanelHidden(!panelHidden()));
+
+    if (tabsEl) {
+      tabsEl.addEventListener("keydown", (event) => {
+        if (event.key !== "ArrowLeft" && event.key !== "ArrowRight") return;
+        const btn = event.target instanceof Element ? event.target.closest(".editor-tab-title") : null;
+        const at = tabs.findIndex((t) => t.titleBtn === btn);
+        if (at < 0) return;
+        event.preventDefault();
+        const next = tabs[(at + (event.key === "ArrowRight" ? 1 : tabs.length - 1)) % tabs.length];
+        activate(next, false);
+        next.titleBtn.focus();
+      });
+    }
+
+    // ---- the command box ------------------------------------------------
+
+    const command = (function () {
+      const form = $("command-form");
+      const runBtn = $("command-run");
+      const cancelBtn = $("command-cancel");
+      const stateEl = $("command-state");
+      const resultEl = $("command-result");
+      const dot = $("command-running-dot");
+      let running = false;
+      let timer = 0;
+
+      function show(text, state) {
+        if (!stateEl) return;
+        stateEl.textContent = text;
+        stateEl.dataset.state = state || "";
+      }
+
+      function seconds(ms) {
+        return (ms / 1000).toFixed(1) + " s";
+      }
+
+      function setRunning(on) {
+        running = on;
+        if (runBtn) runBtn.disabled = on || ended;
+        if (cancelBtn) {
+          cancelBtn.hidden = !on;
+          cancelBtn.disabled = false;
+        }
+        if (dot) dot.hidden = !on;
+        if (form) form.setAttribute("aria-busy", on ? "true" : "false");
+      }
+
+      async function run() {
+        if (!form || running || ended) return;
+        const fields = new URLSearchParams(new FormData(form));
+        const line = (fields.get("command") || "").trim();
+        if (!line) {
+          show("Type a command to run.", "error");
+          return;
+        }
+        showPanel("command", false);
+        setRunning(true);
+        const began = performance.now();
+        const tickRun = () => show("Running " + line + " · " + seconds(performance.now() - began), "running");
+        tickRun();
+        timer = setInterval(tickRun, 100);
+        let res;
+        try {
+          res = await call("POST", form.getAttribute("action"), {
+            headers: { "Content-Type": "application/x-www-form-urlencoded", "HX-Request": "true", "Accept": "text/html" },
+            body: fields,
+          });
+          const took = seconds(performance.now() - began);
+          const body = await res.text();
+          if (!res.ok) {
+            let msg = "";
+            try { msg = JSON.parse(body).error || ""; } catch (_) {
+              const doc = new DOMParser().parseFromString(body, "text/html");
+              const p = doc.querySelector(".problem h1");
+              msg = p ? p.textContent.trim() : "";
+            }
+            msg = msg || "The server answered " + res.status + ".";
+            show("Not run: " + msg, "error");
+            toast(msg);
+            return;
+          }
+          // The server's own fragment (escaped by its templates) replaces
+          // the previous result.
+          if (resultEl) resultEl.innerHTML = body;
+          const canceled = resultEl && resultEl.querySelector("[data-canceled]");
+          show((canceled ? "Cancelled after " : "Finished in ") + took + ".", canceled ? "canceled" : "done");
+          refreshPanels();
+        } catch (err) {
+          if (!(err instanceof Ended)) show("Could not run the command: " + trouble(err), "error");
+        } finally {
+          clearInterval(timer);
+          setRunning(false);
+        }
+      }
+
+      async function cancel() {
+        if (!running) return;
+        if (cancelBtn) cancelBtn.disabled = true;
+        try {
+          const res = await call("POST", atelierURL(base, ["commands", "cancel"]));
+          // 409: it ended by itself meanwhile; its answer is on the way.
+          if (!res.ok && res.status !== 409) {
+            const msg = await problemText(res);
+            toast(msg);
+            if (cancelBtn) cancelBtn.disabled = false;
+          }
+        } catch (err) {
+          if (!(err instanceof Ended)) toast("Could not cancel: " + trouble(err));
+          if (cancelBtn) cancelBtn.disabled = false;
+        }
+      }
+
+      if (form) {
+        form.addEventListener("submit", (event) => {
+          event.preventDefault();
+          run();
+        });
+      }
+      if (cancelBtn) cancelBtn.addEventListener("click", () => { cancel(); });
+      return {
+        run,
+        ended() {
+          if (runBtn) runBtn.disabled = true;
+        },
+      };
+    })();
+
+    // ---- inline questions -------------------------------------------------
+
+    // A button with data-confirm="id" shows the question id (which holds
+    // the real action and a "Keep" button) in its place.
+    document.addEventListener("click", (event) => {
+      const t = event.target instanceof Element ? event.target : null;
+      if (!t) return;
+      const asker = t.closest("button[data-confirm]");
+      if (asker) {
+        const q = $(asker.dataset.confirm);
+        if (!q) return;
+        asker.hidden = true;
+        q.hidden = false;
+        const keep = q.querySelector("[data-keep]");
+        if (keep) keep.focus();
+        return;
+      }
+      const keep = t.closest("[data-keep]");
+      if (keep) {
+        const q = keep.closest("[data-question]");
+        if (!q) return;
+        q.hidden = true;
+        const back = document.querySelector('button[data-confirm="' + q.id + '"]');
+        if (back) { back.hidden = false; back.focus(); }
+      }
+    });
+
+    // ---- quick open ---------------------------------------------------------
+
+    const finder = $("finder");
+    const findInput = $("find-query");
+    let enterHeld = false;
+
+    function openFinder() {
+      if (!finder || !findInput) return;
+      if (!finder.open) finder.showModal();
+      findInput.select();
+      findInput.dispatchEvent(new Event("find-open"));
+    }
+
+    function findOptions() {
+      return Array.from(finder.querySelectorAll('#find-results [role="option"]'));
+    }
+
+    function selectOption(options, at) {
+      options.forEach((o, i) => o.setAttribute("aria-selected", i === at ? "true" : "false"));
+      findInput.setAttribute("aria-activedescendant", options[at].id);
+      options[at].scrollIntoView({ block: "nearest" });
+    }
+
+    function openFound(link) {
+      if (!link) return;
+      finder.close();
+      openFile(link.dataset.path || "");
+    }
+
+    if (finder && findInput) {
+      const opener = $("find-open");
+      if (opener) opener.addEventListener("click", openFinder);
+      finder.addEventListener("click", (event) => {
+        if (event.target === finder) { finder.close(); return; }
+        const link = event.target instanceof Element ? event.target.closest("#find-results a[data-path]") : null;
+        if (!link) return;
+        event.preventDefault();
+        openFound(link);
+      });
+      findInput.addEventListener("keydown", (event) => {
+        const options = findOptions();
+        let at = options.findIndex((o) => o.getAttribute("aria-selected") === "true");
+        if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+          event.preventDefault();
+          if (!options.length) return;
+          at = event.key === "ArrowDown" ? Math.min(at + 1, options.length - 1) : Math.max(at - 1, 0);
+          selectOption(options, at);
+        } else if (event.key === "Enter") {
+          event.preventDefault();
+          enterHeld = true;
+        }
+      });
+      // The file opens when Enter comes up: closing the dialog on its way
+      // down would hand the rest of the key to the editor that had the
+      // focus before, as a new line.
+      findInput.addEventListener("keyup", (event) => {
+        if (event.key !== "Enter" || !enterHeld) return;
+        enterHeld = false;
+        const options = findOptions();
+        const at = options.findIndex((o) => o.getAttribute("aria-selected") === "true");
+        openFound(at >= 0 ? options[at].querySelector("a[data-path]") : null);
+      });
+      document.addEventListener("htmx:after:settle", (event) => {
+        if (!finder.contains(event.target)) return;
+        const options = findOptions();
+        if (options.length) selectOption(options, 0);
+        else findInput.removeAttribute("aria-activedescendant");
+      });
+    }
+
+    // ---- the shortcuts --------------------------------------------------
+
+    const shortcuts = $("shortcuts");
+    const shortcutsOpen = $("shortcuts-open");
+    function openShortcuts() {
+      if (shortcuts && !shortcuts.open) shortcuts.showModal();
+    }
+    if (shortcutsOpen) shortcutsOpen.addEventListener("click", openShortcuts);
+
+    // Capture phase on window: these come before CodeMirror and xterm,
+    // which would otherwise take Ctrl+Enter and Ctrl+` for themselves.
+    window.addEventListener("keydown", (event) => {
+      const mod = (event.ctrlKey || event.metaKey) && !event.altKey;
+      if (mod && !event.shiftKey && (event.key === "s" || event.key === "S")) {
+        event.preventDefault();
+        event.stopPropagation(); // CodeMirror's Mod-s would save a second time
+        save();
+      } else if (mod && !event.shiftKey && (event.key === "p" || event.key === "P")) {
+        event.preventDefault(); // the browser's print dialog
+        event.stopPropagation();
+        openFinder();
+      } else if (mod && (event.code === "Backquote" || event.key === "`")) {
+        event.preventDefault();
+        event.stopPropagation();
+        toggleTerminal();
+      } else if (mod && event.key === "Enter") {
+        event.preventDefault();
+        event.stopPropagation();
+        command.run();
+      } else if (event.key === "?" && !event.ctrlKey && !event.metaKey && !event.altKey && !typing(event)) {
+        if (finder && finder.open) return;
+        event.preventDefault();
+        openShortcuts();
+      }
+    }, true);
 
     // ---- wiring ---------------------------------------------------------
 
-    // Tree links open in the editor. Capture phase, on document: the tree
-    // is swapped by htmx at any time. Modified clicks (new tab) pass through.
+    // Tree links open in a tab. Capture phase, on document: the tree is
+    // swapped by htmx at any time. Modified clicks (new tab) pass through.
     document.addEventListener("click", (event) => {
       const link = event.target instanceof Element ? event.target.closest("a.open-file") : null;
       if (!link || ended) return;
@@ -483,22 +1102,11 @@
       openFile(link.dataset.path || "");
     }, true);
 
-    // Ctrl-S / Cmd-S anywhere on the page saves; inside the editor
-    // CodeMirror has already handled it (and prevented the default).
-    document.addEventListener("keydown", (event) => {
-      if (event.defaultPrevented || event.altKey || event.shiftKey) return;
-      if (!(event.ctrlKey || event.metaKey) || (event.key !== "s" && event.key !== "S")) return;
-      event.preventDefault();
-      save();
-    });
-
     if (saveBtn) saveBtn.addEventListener("click", () => { save(); });
-    if (newBtn) newBtn.addEventListener("click", () => { newFile(); });
-    if (deleteBtn) deleteBtn.addEventListener("click", () => { deleteFile(); });
     if (keepBtn) keepBtn.addEventListener("click", () => { keepWorking(); });
 
     window.addEventListener("beforeunload", (event) => {
-      if (isDirty()) {
+      if (tabs.some((t) => t.dirty())) {
         event.preventDefault();
         event.returnValue = "";
       }
@@ -522,11 +1130,31 @@
     });
     document.addEventListener("htmx:after:settle", markOpenInTree);
 
+    window.AtelierWorkbench = Object.freeze({
+      open(path) { return openFile(String(path || "")); },
+      closeTab(path) { return closeTab(tabOf(String(path || ""))); },
+      renamed(from, to) { return renamed(String(from || ""), String(to || "")); },
+      deleted(path) { deleted(String(path || "")); },
+      isDirty(path) { const t = tabOf(String(path || "")); return !!t && (t.dirty() || !t.exists); },
+    });
+
+    // The stored sizes are on <html> already; keep them inside this window.
+    if (stored(EXPLORER_KEY)) setExplorer(explorerWidth(), false);
+    if (stored(PANEL_KEY) && !panelHidden()) setPanel(panelHeight(), false);
+    setPanelHidden(panelHidden());
+    divider($("split-explorer"), "x");
+    divider($("split-panel"), "y");
+    window.addEventListener("resize", () => {
+      // Keep the panes inside a smaller window, without forgetting the sizes.
+      setExplorer(explorerWidth(), false);
+      if (!panelHidden() && root.classList.contains("wb-sized")) setPanel(panelHeight(), false);
+    });
+
     noteClock(section.dataset.idleDeadline, section.dataset.serverNow);
-    updateButtons();
+    activate(null, false);
     const first = section.dataset.openPath;
     if (first) openFile(first);
-    else setStatus("Choose a file in the tree, or make a new one.", "");
+    else say("Choose a file in the tree, or press Ctrl+P to find one.", "");
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);

@@ -5,8 +5,12 @@
 // The page provides:
 //   <section id="terminals" data-base="/projects/ID/sessions/SID">
 //     <nav id="terminal-tabs"></nav> <button id="new-terminal">
-//     <div id="terminal-panes"></div> <p id="terminal-error" hidden></p>
+//     <div id="terminal-panes"><p id="terminal-hint"></p></div>
+//     <p id="terminal-error" hidden></p>
 //   <meta name="csrf-token">
+// The workbench (session.js) sizes the pane; every change of its size is
+// fitted and sent to the shell. It asks for the keyboard with the event
+// "atelier:terminal-focus" on document.
 // htmx never swaps #terminal-panes, so the terminals and their event
 // streams live as long as the page.
 //
@@ -27,19 +31,37 @@
   // The most input bytes one POST carries; a long paste goes in pieces.
   const MAX_BATCH = 64 << 10;
 
+  // The terminal's colours follow the system's light or dark setting, as
+  // the page's do (app.css --terminal-background).
+  const THEMES = {
+    light: {
+      background: "#fbfcfd",
+      foreground: "#1d2330",
+      cursor: "#1d2330",
+      cursorAccent: "#fbfcfd",
+      selectionBackground: "#cddcfb",
+      black: "#1d2330", red: "#b42318", green: "#137a42", yellow: "#8a5a00",
+      blue: "#2f5bd3", magenta: "#8a2fb0", cyan: "#0a6e7a", white: "#c8cdd6",
+      brightBlack: "#667085", brightRed: "#d92d20", brightGreen: "#1a9c55", brightYellow: "#a15c00",
+      brightBlue: "#4b74e6", brightMagenta: "#a34fc9", brightCyan: "#138a99", brightWhite: "#e4e7ec",
+    },
+    dark: {
+      background: "#0d1117",
+      foreground: "#e3e8f2",
+      cursor: "#e3e8f2",
+      cursorAccent: "#0d1117",
+      selectionBackground: "#2b3d66",
+    },
+  };
+  const darkScheme = typeof matchMedia === "function" ? matchMedia("(prefers-color-scheme: dark)") : null;
+  const currentTheme = () => (darkScheme && darkScheme.matches ? THEMES.dark : THEMES.light);
+
   const OPTIONS = {
     fontFamily: 'ui-monospace, "SFMono-Regular", Menlo, Consolas, "DejaVu Sans Mono", monospace',
     fontSize: 13,
     lineHeight: 1.15,
     scrollback: 10000,
     cursorBlink: true,
-    theme: {
-      background: "#1d2330",
-      foreground: "#e4e7ec",
-      cursor: "#e4e7ec",
-      cursorAccent: "#1d2330",
-      selectionBackground: "#3d4f7c",
-    },
   };
 
   const DIM = "\x1b[0;2m";
@@ -55,6 +77,7 @@
     const panesEl = $("terminal-panes");
     const newBtn = $("new-terminal");
     const errorEl = $("terminal-error");
+    const hintEl = $("terminal-hint");
     const base = (section.dataset.base || "").replace(/\/+$/, "");
     const encoder = new TextEncoder();
 
@@ -232,7 +255,7 @@
         if (panesEl) panesEl.appendChild(this.pane);
         tabs.push(this);
         activate(this, false);
-        this.view = window.AtelierXterm.create(this.pane, OPTIONS);
+        this.view = window.AtelierXterm.create(this.pane, Object.assign({}, OPTIONS, { theme: currentTheme() }));
         this.view.fit();
         const term = this.view.terminal;
         term.onData((text) => this.queueInput(encoder.encode(text)));
@@ -499,7 +522,9 @@
 
       // fit sizes xterm to the pane and tells the server the new size.
       fit() {
-        if (!this.view || this.closed || this.pane.hidden) return;
+        // A hidden pane (another tab, another panel, a folded panel) has
+        // no size to fit to.
+        if (!this.view || this.closed || this.pane.hidden || this.pane.clientHeight < 20 || this.pane.clientWidth < 20) return;
         this.view.fit();
         this.sendSize();
       }
@@ -553,6 +578,7 @@
     // keyboard focus into its terminal.
     function activate(tab, focus = true) {
       active = tab;
+      if (hintEl) hintEl.hidden = tabs.length > 0;
       for (const t of tabs) {
         const on = t === tab;
         t.pane.hidden = !on;
@@ -566,9 +592,34 @@
       }
     }
 
-    async function closeTab(tab) {
-      if (!tab.ended && tab.id &&
-          !window.confirm("Close Terminal " + tab.n + "? Its shell and whatever runs in it will be stopped.")) {
+    // askClose asks, in the tab itself, before a running shell is stopped.
+    function askClose(tab) {
+      if (tab.el.querySelector(".tab-confirm")) return;
+      const ask = document.createElement("span");
+      ask.className = "tab-confirm";
+      ask.setAttribute("role", "group");
+      ask.setAttribute("aria-label", "Stop Terminal " + tab.n + " and whatever runs in it?");
+      const stop = document.createElement("button");
+      stop.type = "button";
+      stop.className = "danger";
+      stop.textContent = "Stop";
+      const keep = document.createElement("button");
+      keep.type = "button";
+      keep.className = "secondary";
+      keep.textContent = "Keep";
+      ask.append("Stop it? ", stop, keep);
+      tab.closeBtn.hidden = true;
+      tab.el.appendChild(ask);
+      const done = () => { ask.remove(); tab.closeBtn.hidden = false; };
+      stop.addEventListener("click", () => { done(); closeTab(tab, true); });
+      keep.addEventListener("click", () => { done(); tab.selectBtn.focus(); });
+      ask.addEventListener("keydown", (e) => { if (e.key === "Escape") { e.preventDefault(); done(); tab.selectBtn.focus(); } });
+      keep.focus();
+    }
+
+    async function closeTab(tab, confirmed) {
+      if (!tab.ended && tab.id && !confirmed) {
+        askClose(tab);
         return;
       }
       if (tab.id) {
@@ -689,6 +740,24 @@
       new ResizeObserver(fitSoon).observe(panesEl);
     }
     window.addEventListener("resize", fitSoon);
+
+    // The workbench shows the terminals (Ctrl+`): the keyboard goes to the
+    // shown terminal, or to New terminal when there is none.
+    document.addEventListener("atelier:terminal-focus", () => {
+      if (active && active.terminal && !active.closed) {
+        activate(active, false);
+        fitSoon();
+        active.terminal.focus();
+      } else if (newBtn) {
+        newBtn.focus();
+      }
+    });
+
+    if (darkScheme && typeof darkScheme.addEventListener === "function") {
+      darkScheme.addEventListener("change", () => {
+        for (const t of tabs) if (t.terminal) t.terminal.options.theme = currentTheme();
+      });
+    }
 
     // Arrow keys move along the tab strip.
     if (tabsEl) {

@@ -27,7 +27,8 @@ import { basicSetup } from "codemirror";
 import { EditorState, Compartment, Prec } from "@codemirror/state";
 import { EditorView, keymap } from "@codemirror/view";
 import { indentWithTab } from "@codemirror/commands";
-import { indentUnit } from "@codemirror/language";
+import { indentUnit, HighlightStyle, syntaxHighlighting } from "@codemirror/language";
+import { tags as t } from "@lezer/highlight";
 import { javascript } from "@codemirror/lang-javascript";
 import { python } from "@codemirror/lang-python";
 import { go } from "@codemirror/lang-go";
@@ -116,11 +117,56 @@ function indentOf(text, filename) {
 // with the text). min-height: inherit carries the parent's value down to the
 // content so a click anywhere in the box lands in the editor. (The gutter
 // column sizes itself to the text; a fixed height looks best.)
+//
+// Colours come from CSS custom properties (--cm-*), which inherit into the
+// shadow root, so the page's stylesheet gives the editor its light and dark
+// looks by prefers-color-scheme; the fallbacks are CodeMirror's own light
+// colours. The selectors name .cm-editor and a parent once more than
+// CodeMirror's base theme does, whose light rules are one class stronger
+// than a plain theme rule.
 const theme = EditorView.theme({
-  "&": { height: "100%", minHeight: "inherit" },
+  "&": {
+    height: "100%", minHeight: "inherit",
+    backgroundColor: "var(--cm-background, #fff)", color: "var(--cm-text, #000)",
+  },
   ".cm-scroller": { overflow: "auto", minHeight: "inherit" },
   ".cm-content": { minHeight: "inherit" },
+  // The page marks the editor's pane; a dotted line around the text adds nothing.
+  "&.cm-editor.cm-focused": { outline: "none" },
+  "&.cm-editor .cm-scroller .cm-content": { caretColor: "var(--cm-cursor, #000)" },
+  "&.cm-editor .cm-cursorLayer .cm-cursor, &.cm-editor .cm-cursorLayer .cm-dropCursor": { borderLeftColor: "var(--cm-cursor, #000)" },
+  "&.cm-editor .cm-scroller .cm-gutters": {
+    backgroundColor: "var(--cm-gutter, #f5f5f5)", color: "var(--cm-gutter-text, #6c6c6c)",
+    borderRightColor: "var(--cm-border, #ddd)",
+  },
+  "&.cm-editor .cm-content .cm-activeLine": { backgroundColor: "var(--cm-active-line, #cceeff44)" },
+  "&.cm-editor .cm-gutters .cm-activeLineGutter": { backgroundColor: "var(--cm-active-gutter, #e2f2ff)" },
+  "&.cm-editor.cm-focused > .cm-scroller > .cm-selectionLayer .cm-selectionBackground, &.cm-editor > .cm-scroller > .cm-selectionLayer .cm-selectionBackground, &.cm-editor .cm-content ::selection": {
+    backgroundColor: "var(--cm-selection, #d7d4f0)",
+  },
+  "&.cm-editor .cm-panels": { backgroundColor: "var(--cm-gutter, #f5f5f5)", color: "var(--cm-text, #000)" },
+  "&.cm-editor .cm-tooltip": { backgroundColor: "var(--cm-gutter, #f5f5f5)", color: "var(--cm-text, #000)", borderColor: "var(--cm-border, #bbb)" },
 });
+
+// palette colours the syntax by the same custom properties.
+const palette = HighlightStyle.define([
+  { tag: [t.keyword, t.modifier, t.controlKeyword, t.operatorKeyword, t.definitionKeyword, t.moduleKeyword], color: "var(--cm-keyword, #708)" },
+  { tag: [t.string, t.special(t.string), t.regexp, t.character], color: "var(--cm-string, #a11)" },
+  { tag: [t.comment, t.lineComment, t.blockComment, t.docComment], color: "var(--cm-comment, #940)", fontStyle: "italic" },
+  { tag: [t.number, t.bool, t.atom, t.null], color: "var(--cm-number, #164)" },
+  { tag: [t.definition(t.variableName), t.function(t.definition(t.variableName)), t.definition(t.propertyName)], color: "var(--cm-definition, #00f)" },
+  { tag: [t.typeName, t.className, t.namespace, t.standard(t.typeName)], color: "var(--cm-type, #085)" },
+  { tag: [t.propertyName, t.attributeName, t.labelName], color: "var(--cm-property, #05a)" },
+  { tag: [t.tagName, t.angleBracket], color: "var(--cm-tag, #170)" },
+  { tag: [t.meta, t.processingInstruction], color: "var(--cm-meta, #555)" },
+  { tag: t.heading, fontWeight: "bold", color: "var(--cm-heading, inherit)" },
+  { tag: t.link, textDecoration: "underline", color: "var(--cm-link, #00c)" },
+  { tag: t.url, color: "var(--cm-link, #00c)" },
+  { tag: t.emphasis, fontStyle: "italic" },
+  { tag: t.strong, fontWeight: "bold" },
+  { tag: t.strikethrough, textDecoration: "line-through" },
+  { tag: t.invalid, color: "var(--cm-invalid, #f00)" },
+]);
 
 // create builds an editor inside parent. See the comment at the top.
 function create(parent, options) {
@@ -166,6 +212,7 @@ function create(parent, options) {
         indentUnit.of(indentOf(text, filename)),
         languageFor(filename),
         theme,
+        syntaxHighlighting(palette),
         editable.of(editableExtensions()),
         EditorView.updateListener.of((update) => {
           if (!update.docChanged || !onChange) return;
