@@ -429,13 +429,15 @@
       }
     }
 
-    function removeTab(tab) {
+    // removeTab drops tab; when it was shown, its neighbour is shown
+    // instead, with the focus unless focus is false.
+    function removeTab(tab, focus = true) {
       const at = tabs.indexOf(tab);
       if (at < 0) return;
       tabs.splice(at, 1);
       tab.dispose();
       labelTabs();
-      if (active === tab) activate(tabs[Math.min(at, tabs.length - 1)] || null);
+      if (active === tab) activate(tabs[Math.min(at, tabs.length - 1)] || null, focus);
     }
 
     // closeTab closes tab; with unsaved changes it first asks, inline in
@@ -644,9 +646,11 @@
       markOpenInTree();
     }
 
+    // deleted closes the tabs of path; the focus stays where the deletion
+    // was asked (the explorer's tree).
     function deleted(path) {
       for (const tab of tabs.slice()) {
-        if (tab.path === path || tab.path.startsWith(path + "/")) removeTab(tab);
+        if (tab.path === path || tab.path.startsWith(path + "/")) removeTab(tab, false);
       }
     }
 
