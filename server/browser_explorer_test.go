@@ -30,9 +30,11 @@ func tabUntil(predicate string, shift bool) chromedp.Action[chromedp.Void] {
 }
 
 // With the keyboard alone a person walks the session's tree, makes a file
-// inline, renames it inline, deletes it and a base file inline (seeing the
-// change marks), sees a bad name refused in place, restores the base file,
-// makes a folder (pending until its first file) and opens a file.
+// inline (it opens in a tab, in whose editor they type), renames it inline
+// (the tab follows, its unsaved text kept), deletes it (the tab closes) and
+// a base file inline (seeing the change marks), sees a bad name refused in
+// place, restores the base file, makes a folder (pending until its first
+// file) and opens a file into the editor.
 func TestBrowserExplorer(t *testing.T) {
 	h := newHarness(t)
 	owner, id := browsable(t, h)
@@ -40,6 +42,11 @@ func TestBrowserExplorer(t *testing.T) {
 	ctx := browser(t)
 	const inTree = `!!document.activeElement.closest('#session-tree [role="tree"]')`
 	const onNewFile = `document.activeElement.matches('#session-tree [data-act="new-file"]')`
+	// inEditorOf holds when the focus is in the shown editor and its tab is path's.
+	inEditorOf := func(path string) chromedp.Action[chromedp.Void] {
+		return untilPage(`document.activeElement.id === "editor" && document.querySelector('#editor-tabs .editor-tab.current')?.dataset.path === ` + jsString(path))
+	}
+	const editorText = `document.querySelector("#editor").shadowRoot.querySelector(".cm-content").textContent`
 	err := do(ctx,
 		signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+base),
@@ -48,6 +55,11 @@ func TestBrowserExplorer(t *testing.T) {
 		focusedOn("cmd"),
 		chromedp.KeyEvent(kb.ArrowDown), focusedOn("internal"),
 		chromedp.KeyEvent(kb.ArrowDown), focusedOn("README.md"),
+		chromedp.KeyEvent(kb.Enter),
+		inEditorOf("README.md"),
+		chromedp.KeyEvent(kb.Escape),
+		tabUntil(inTree, true),
+		focusedOn("README.md"),
 
 		// New file, from the toolbar just before the tree.
 		tabUntil(onNewFile, true),
@@ -55,6 +67,13 @@ func TestBrowserExplorer(t *testing.T) {
 		shows(`#session-tree li.new-item .inline-edit input`),
 		chromedp.KeyEvent("notes.txt"),
 		chromedp.KeyEvent(kb.Enter),
+		// The new file opens in a tab and the person types in it; Escape
+		// then Shift+Tab goes back to it in the tree.
+		inEditorOf("notes.txt"),
+		chromedp.KeyEvent("draft"),
+		shows(`#editor-tabs .editor-tab[data-path="notes.txt"][data-dirty="true"]`),
+		chromedp.KeyEvent(kb.Escape), // then Tab leaves the editor instead of indenting
+		tabUntil(inTree, true),
 		focusedOn("notes.txt"),
 		showsText(`#session-tree li.added[data-path="notes.txt"] .mark`, "A"),
 
@@ -66,6 +85,10 @@ func TestBrowserExplorer(t *testing.T) {
 		focusedOn("todo.txt"),
 		shows(`#session-tree li.added[data-path="todo.txt"]`),
 		untilPage(`!document.querySelector('#session-tree [data-path="notes.txt"]')`),
+		// Its tab follows the new name and keeps the unsaved text.
+		shows(`#editor-tabs .editor-tab[data-path="todo.txt"][data-dirty="true"]`),
+		untilPage(`!document.querySelector('#editor-tabs .editor-tab[data-path="notes.txt"]') && `+editorText+`.includes("draft")`),
+		focusedOn("todo.txt"),
 
 		// Delete asks inline; Escape keeps the file, Enter on Delete removes it.
 		chromedp.KeyEvent(kb.Delete),
@@ -75,8 +98,15 @@ func TestBrowserExplorer(t *testing.T) {
 		untilPage(`!document.querySelector('#session-tree .inline-confirm')`),
 		chromedp.KeyEvent(kb.Delete),
 		untilPage(`document.activeElement.matches('#session-tree .inline-confirm button.danger')`),
+		showsText(`#session-tree li[data-path="todo.txt"] .inline-confirm`, "unsaved changes are lost"),
+		untilPage(`window.leftTree = false, document.addEventListener("focusin", (e) => { if (!e.target.closest("#session-tree")) window.leftTree = true; }), true`),
 		chromedp.KeyEvent(kb.Enter),
 		untilPage(`!document.querySelector('#session-tree [data-path="todo.txt"]')`),
+		// Its tab closes with it, the other stays, and the focus stays in
+		// the tree.
+		untilPage(`!document.querySelector('#editor-tabs .editor-tab[data-path="todo.txt"]') && !!document.querySelector('#editor-tabs .editor-tab[data-path="README.md"]')`),
+		untilPage(inTree),
+		untilPage(`window.leftTree === false`),
 
 		// A base file deleted stays listed, struck through, to be restored.
 		untilPage(inTree),
@@ -86,6 +116,7 @@ func TestBrowserExplorer(t *testing.T) {
 		chromedp.KeyEvent(kb.Enter),
 		focusedOn("README.md"),
 		showsText(`#session-tree li.deleted[data-path="README.md"] .mark`, "D"),
+		untilPage(`!document.querySelector('#editor-tabs .editor-tab')`),
 		untilPage(`getComputedStyle(document.querySelector('#session-tree li.deleted[data-path="README.md"] .deleted-file')).textDecorationLine === "line-through"`),
 		showsText(`#changes`, "README.md"),
 		// Enter on a deleted file offers to restore it; Escape declines.
@@ -130,14 +161,22 @@ func TestBrowserExplorer(t *testing.T) {
 		untilPage(`document.activeElement.matches('#session-tree li.pending[data-path="cmd/tool/docs"] li.new-item input')`),
 		chromedp.KeyEvent("a.md"),
 		chromedp.KeyEvent(kb.Enter),
-		focusedOn("cmd/tool/docs/a.md"),
+		inEditorOf("cmd/tool/docs/a.md"),
 		untilPage(`!document.querySelector('#session-tree li.pending') && !!document.querySelector('#session-tree summary[data-path="cmd/tool/docs"]')`),
+		chromedp.KeyEvent(kb.Escape), // then Tab leaves the editor instead of indenting
+		tabUntil(inTree, true),
+		focusedOn("cmd/tool/docs/a.md"),
 
-		// And opens a file with Enter.
+		// And Enter opens a file in a tab, with the focus in its editor.
 		chromedp.KeyEvent(kb.ArrowDown), focusedOn("cmd/tool/flags.go"),
 		chromedp.KeyEvent(kb.ArrowDown), focusedOn("cmd/tool/main.go"),
 		chromedp.KeyEvent(kb.Enter),
+		inEditorOf("cmd/tool/main.go"),
 		shows(`#session-tree a[data-path="cmd/tool/main.go"][aria-current="true"]`),
+		untilPage(editorText+`.includes("package main")`),
+		chromedp.KeyEvent(kb.Escape), // then Tab leaves the editor instead of indenting
+		tabUntil(inTree, true),
+		focusedOn("cmd/tool/main.go"),
 	)
 	if err != nil {
 		t.Fatalf("explorer: %v; the page has %s", err, explorerState(ctx))

@@ -244,11 +244,17 @@
         for (const p of Array.from(pending)) if (path.startsWith(p + "/")) pending.delete(p);
         for (let d = dirOf(path); d; d = dirOf(d)) alsoOpen.push(d);
         await refresh();
-        // The new file is selected in the tree; a workbench opens it in a
-        // tab, else Enter does.
-        await focusPath(path);
+        // A workbench opens the new file in a tab and puts the person in
+        // its editor, with the file selected in the tree for Shift+Tab
+        // back; without one the file is selected and Enter opens it.
         const wb = workbench();
-        if (wb) wb.open(path);
+        const item = tree.findItem(pane, path);
+        if (wb) {
+          if (item) tree.focusItem(pane, item, true);
+          await wb.open(path);
+        } else if (item) {
+          tree.focusItem(pane, item);
+        }
         return null;
       }, () => { li.remove(); showEmpty(list); focusCurrent(); });
     }
