@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -42,6 +43,12 @@ type checkout struct {
 	// on this host, dir is a plain folder and a capture walks all of it.
 	lower, upper, work string
 	layered            bool
+	// spare is a sandbox helper started after the last command for the
+	// next one (sandbox.Spare), made while generation held: it sees the
+	// mounts as they were then, so remove ends it and moves generation on.
+	spareMu    sync.Mutex
+	spare      *sandbox.Spare
+	generation int
 	// synced maps each path that differs from the base in dir to the
 	// version of the edit it holds (editVersion); the next sync writes only
 	// edits that changed since, so changes a shell made meanwhile are not
@@ -164,9 +171,57 @@ func (co *checkout) layer() error {
 	return os.Rename(co.lower, co.dir)
 }
 
+// prepareSpare starts, in the background, a sandbox helper for the
+// checkout's next command, unless one waits already.
+func (co *checkout) prepareSpare(box *sandbox.Sandbox, log *slog.Logger) {
+	co.spareMu.Lock()
+	generation, waiting := co.generation, co.spare != nil
+	co.spareMu.Unlock()
+	if waiting {
+		return
+	}
+	go func() {
+		spare, err := box.Spare()
+		if err != nil {
+			log.Warn("no spare sandbox helper", "err", err)
+			return
+		}
+		co.spareMu.Lock()
+		// Not when the checkout was removed meanwhile: it saw old mounts.
+		keep := co.spare == nil && co.generation == generation
+		if keep {
+			co.spare = spare
+		}
+		co.spareMu.Unlock()
+		if !keep {
+			spare.Close()
+		}
+	}()
+}
+
+// takeSpare hands the waiting helper, if any, to a command.
+func (co *checkout) takeSpare() *sandbox.Spare {
+	co.spareMu.Lock()
+	defer co.spareMu.Unlock()
+	spare := co.spare
+	co.spare = nil
+	return spare
+}
+
+// dropSpare ends the waiting helper: the checkout's mounts change or go.
+func (co *checkout) dropSpare() {
+	co.spareMu.Lock()
+	spare := co.spare
+	co.spare = nil
+	co.generation++
+	co.spareMu.Unlock()
+	spare.Close()
+}
+
 // remove unmounts the checkout's overlay, a leftover of a server that
 // stopped included, and removes its folders.
 func (co *checkout) remove() error {
+	co.dropSpare()
 	if err := sandbox.UnmountLayers(co.dir); err != nil {
 		return err
 	}
@@ -391,6 +446,15 @@ func (r *Runtime) capture(ctx context.Context, sess *Session, co *checkout) ([]L
 			}
 		}
 	}
+	if looked != nil && asSynced(files, looked, base, co.synced) {
+		// Nothing differs from what the session's edits already say: no
+		// transaction, no new edits, as after `true`.
+		for _, l := range left {
+			delete(nextSeen, l.Path)
+		}
+		co.seen = nextSeen
+		return left, nil
+	}
 	err = inSession(ctx, r.db, sess, func(tx *models.Store) error {
 		edits, err := tx.SessionFiles(ctx, sess.ID)
 		if err != nil {
@@ -498,6 +562,45 @@ func (r *Runtime) capture(ctx context.Context, sess *Session, co *checkout) ([]L
 	}
 	co.seen = nextSeen
 	return left, r.markDiverged(ctx, sess, co)
+}
+
+// asSynced reports whether every path a capture looked at is what the
+// checkout was last told (synced: the session's edits as of the last sync
+// or capture), or the base's where it was told nothing: a capture that
+// would record nothing.
+func asSynced(files map[string]captured, looked map[string]bool, base map[string]gitsvc.Entry, synced map[string]string) bool {
+	for p := range looked {
+		f, present := files[p]
+		version, told := synced[p]
+		b, inBase := base[p]
+		baseBlob := inBase && b.Type == "blob" && b.Mode != "120000"
+		switch {
+		case present && f.kind == leftOut:
+			// noted by the walk, never recorded
+		case present && f.kind == linkFile:
+			// The base's own link is as it was; any other gets a note.
+			if !inBase || b.Mode != "120000" || gitBlobID([]byte(f.link)) != b.SHA {
+				return false
+			}
+		case !present && told:
+			if version != "deleted" {
+				return false
+			}
+		case !present:
+			if inBase && b.Type == "blob" {
+				return false
+			}
+		case told:
+			if version != f.blob {
+				return false
+			}
+		default:
+			if !baseBlob || f.blob != b.SHA {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // readText reads one file of the checkout again, as walkCheckout does.

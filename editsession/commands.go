@@ -132,7 +132,7 @@ func (r *Runtime) runInCheckout(ctx context.Context, sess *Session, uid uint32, 
 	result, err := r.sb.Box.Run(ctx, sandbox.Spec{
 		UID: uid, GID: uid, Workspace: co.dir, Dir: dir, Home: co.home, Tmp: co.tmp,
 		Argv:    []string{"/bin/bash", "--noprofile", "--norc", "-c", command},
-		Network: network,
+		Network: network, Spare: co.takeSpare(),
 	}, sandbox.Limits{Timeout: CommandTimeout, MaxStream: CommandTail, Tail: true, TimeoutExit: 124})
 	// Run returns once every process of the command has ended (its PID
 	// namespace goes with it); the session's shells live on.
@@ -144,6 +144,7 @@ func (r *Runtime) runInCheckout(ctx context.Context, sess *Session, uid uint32, 
 	if err != nil {
 		return nil, err
 	}
+	co.prepareSpare(r.sb.Box, r.log)
 	notes := make([]string, len(left))
 	for i, l := range left {
 		notes[i] = l.Note()

@@ -177,6 +177,7 @@ func (r *Runtime) checkoutFor(ctx context.Context, sess *Session, uid uint32) (*
 		if _, err := os.Lstat(co.dir); err == nil {
 			return co, r.sync(ctx, sess, co)
 		}
+		co.dropSpare()
 	}
 	top := filepath.Dir(dir)
 	co = &checkout{dir: dir, home: home, tmp: tmp, uid: uid, gid: uid,
@@ -296,6 +297,9 @@ func (r *Runtime) EndSession(ctx context.Context, cs *models.CodeSession) error 
 		return err
 	}
 	r.checkouts.mu.Lock()
+	if co := r.checkouts.live[cs.ID]; co != nil {
+		co.dropSpare()
+	}
 	delete(r.checkouts.live, cs.ID)
 	r.checkouts.mu.Unlock()
 	return r.removeSessionFolder(top, cs.ID)

@@ -55,3 +55,9 @@ type UpperEntry struct {
 func MountLayers(string, string, string, string) error { return ErrNoLayers }
 func UnmountLayers(string) error                       { return nil }
 func ReadUpper(string) ([]UpperEntry, error)           { return nil, errUnsupported }
+
+// Spare is unavailable off Linux.
+type Spare struct{}
+
+func (s *Sandbox) Spare() (*Spare, error) { return nil, errUnsupported }
+func (sp *Spare) Close()                  {}
