@@ -129,10 +129,14 @@ func (r *Runtime) runInCheckout(ctx context.Context, sess *Session, uid uint32, 
 		dir = filepath.Join(co.dir, folder)
 	}
 	network := sandbox.Network(sess.Project.SandboxNetwork)
+	// The helper started after the last command runs this one, and the
+	// next one's starts up while this one runs.
+	spare := co.takeSpare()
+	co.prepareSpare(r.sb.Box, r.log)
 	result, err := r.sb.Box.Run(ctx, sandbox.Spec{
 		UID: uid, GID: uid, Workspace: co.dir, Dir: dir, Home: co.home, Tmp: co.tmp,
 		Argv:    []string{"/bin/bash", "--noprofile", "--norc", "-c", command},
-		Network: network, Spare: co.takeSpare(),
+		Network: network, Spare: spare,
 	}, sandbox.Limits{Timeout: CommandTimeout, MaxStream: CommandTail, Tail: true, TimeoutExit: 124})
 	// Run returns once every process of the command has ended (its PID
 	// namespace goes with it); the session's shells live on.
@@ -144,7 +148,6 @@ func (r *Runtime) runInCheckout(ctx context.Context, sess *Session, uid uint32, 
 	if err != nil {
 		return nil, err
 	}
-	co.prepareSpare(r.sb.Box, r.log)
 	notes := make([]string, len(left))
 	for i, l := range left {
 		notes[i] = l.Note()
