@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -246,10 +247,12 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec, lim Limits) (*Result, erro
 	return run(ctx, lim, func(stdout, stderr *os.File) (*exec.Cmd, tree, error) {
 		if spare != nil {
 			conn, err := s.handOver(spare, is, stdout, stderr)
-			if err != nil {
+			if err == nil {
+				return spare.cmd, &nsTree{pid: spare.cmd.Process.Pid, conn: conn}, nil
+			}
+			if !errors.Is(err, errSpareGone) {
 				return nil, nil, err
 			}
-			return spare.cmd, &nsTree{pid: spare.cmd.Process.Pid, conn: conn}, nil
 		}
 		cmd := s.helper()
 		cmd.ExtraFiles = eg.files()

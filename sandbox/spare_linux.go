@@ -34,6 +34,10 @@ const (
 	spareFresh = 15 * time.Second
 )
 
+// errSpareGone: the spare helper was gone before it got a word of its
+// command; Run starts one afresh.
+var errSpareGone = errors.New("sandbox: the spare helper is gone")
+
 // spareArg is a spare helper's argv[1]: its stdout and stderr come over
 // the socket, ahead of the instructions.
 const spareArg = "spare"
@@ -114,7 +118,7 @@ func (s *Sandbox) handOver(p *spareProc, is *initSpec, stdout, stderr *os.File) 
 	})
 	if err = errors.Join(err, sendErr); err != nil {
 		p.end()
-		return nil, fmt.Errorf("sandbox: spare helper: %w", err)
+		return nil, fmt.Errorf("%w: %w", errSpareGone, err)
 	}
 	return s.instruct(p.cmd, p.ours, is)
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,4 +182,37 @@ func chownAll(dir string, uid uint32) error {
 		}
 		return os.Lchown(p, int(uid), int(uid))
 	})
+}
+
+// TestDeadSpareStartsAfresh: a spare that died before its command (killed
+// from outside here) costs the command nothing but a fresh helper.
+func TestDeadSpareStartsAfresh(t *testing.T) {
+	sb := newSandbox(t, nil)
+	s := newSession(t, sb)
+	spare, err := sb.Spare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := spareHelpers(t)
+	if len(pids) != 1 {
+		t.Fatalf("spare helpers %v, want one", pids)
+	}
+	pid, _ := strconv.Atoi(pids[0])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Dead: a zombie, whose files the kernel has closed.
+	if !eventually(5*time.Second, func() bool {
+		stat, err := os.ReadFile(filepath.Join("/proc", pids[0], "stat"))
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		return err == nil && len(fields) > 0 && fields[0] == "Z"
+	}) {
+		t.Fatal("the spare did not die")
+	}
+	spec := s.spec("echo fresh")
+	spec.Spare = spare
+	res, err := sb.Run(context.Background(), spec, sandbox.Limits{Timeout: 30 * time.Second})
+	if err != nil || res.ExitCode != 0 || string(res.Stdout) != "fresh\n" {
+		t.Fatalf("after the spare died: %+v %v", res, err)
+	}
 }
