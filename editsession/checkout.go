@@ -43,11 +43,13 @@ type checkout struct {
 	// on this host, dir is a plain folder and a capture walks all of it.
 	lower, upper, work string
 	layered            bool
-	// spare is a sandbox helper started after the last command for the
-	// next one (sandbox.Spare), made while generation held: it sees the
-	// mounts as they were then, so remove ends it and moves generation on.
+	// spares are sandbox helpers started ahead for the next commands
+	// (sandbox.Spare), oldest first, made while generation held: they see
+	// the mounts as they were then, so remove ends them and moves
+	// generation on. starting counts those being started.
 	spareMu    sync.Mutex
-	spare      *sandbox.Spare
+	spares     []*sandbox.Spare
+	starting   int
 	generation int
 	// synced maps each path that differs from the base in dir to the
 	// version of the edit it holds (editVersion); the next sync writes only
@@ -171,57 +173,67 @@ func (co *checkout) layer() error {
 	return os.Rename(co.lower, co.dir)
 }
 
-// prepareSpare starts, in the background, a sandbox helper for the
-// checkout's next command, unless one waits already.
-func (co *checkout) prepareSpare(box *sandbox.Sandbox, log *slog.Logger) {
+// sparesAhead is how many helpers wait for a session's next commands: a
+// helper's start-up takes longer than a short command, so commands run
+// back to back would otherwise catch up with the one started for them.
+const sparesAhead = 2
+
+// prepareSpares starts, in the background, sandbox helpers for the
+// checkout's next commands, up to sparesAhead.
+func (co *checkout) prepareSpares(box *sandbox.Sandbox, log *slog.Logger) {
 	co.spareMu.Lock()
-	generation, waiting := co.generation, co.spare != nil
+	generation := co.generation
+	missing := max(sparesAhead-len(co.spares)-co.starting, 0)
+	co.starting += missing
 	co.spareMu.Unlock()
-	if waiting {
-		return
+	for range missing {
+		go func() {
+			spare, err := box.Spare()
+			co.spareMu.Lock()
+			co.starting--
+			// Not when the checkout was removed meanwhile: it saw old mounts.
+			keep := err == nil && co.generation == generation && len(co.spares) < sparesAhead
+			if keep {
+				co.spares = append(co.spares, spare)
+			}
+			co.spareMu.Unlock()
+			if err != nil {
+				log.Warn("no spare sandbox helper", "err", err)
+			} else if !keep {
+				spare.Close()
+			}
+		}()
 	}
-	go func() {
-		spare, err := box.Spare()
-		if err != nil {
-			log.Warn("no spare sandbox helper", "err", err)
-			return
-		}
-		co.spareMu.Lock()
-		// Not when the checkout was removed meanwhile: it saw old mounts.
-		keep := co.spare == nil && co.generation == generation
-		if keep {
-			co.spare = spare
-		}
-		co.spareMu.Unlock()
-		if !keep {
-			spare.Close()
-		}
-	}()
 }
 
-// takeSpare hands the waiting helper, if any, to a command.
+// takeSpare hands the oldest waiting helper, if any, to a command.
 func (co *checkout) takeSpare() *sandbox.Spare {
 	co.spareMu.Lock()
 	defer co.spareMu.Unlock()
-	spare := co.spare
-	co.spare = nil
+	if len(co.spares) == 0 {
+		return nil
+	}
+	spare := co.spares[0]
+	co.spares = co.spares[1:]
 	return spare
 }
 
-// dropSpare ends the waiting helper: the checkout's mounts change or go.
-func (co *checkout) dropSpare() {
+// dropSpares ends the waiting helpers: the checkout's mounts change or go.
+func (co *checkout) dropSpares() {
 	co.spareMu.Lock()
-	spare := co.spare
-	co.spare = nil
+	spares := co.spares
+	co.spares = nil
 	co.generation++
 	co.spareMu.Unlock()
-	spare.Close()
+	for _, spare := range spares {
+		spare.Close()
+	}
 }
 
 // remove unmounts the checkout's overlay, a leftover of a server that
 // stopped included, and removes its folders.
 func (co *checkout) remove() error {
-	co.dropSpare()
+	co.dropSpares()
 	if err := sandbox.UnmountLayers(co.dir); err != nil {
 		return err
 	}

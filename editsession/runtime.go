@@ -177,7 +177,7 @@ func (r *Runtime) checkoutFor(ctx context.Context, sess *Session, uid uint32) (*
 		if _, err := os.Lstat(co.dir); err == nil {
 			return co, r.sync(ctx, sess, co)
 		}
-		co.dropSpare()
+		co.dropSpares()
 	}
 	top := filepath.Dir(dir)
 	co = &checkout{dir: dir, home: home, tmp: tmp, uid: uid, gid: uid,
@@ -298,7 +298,7 @@ func (r *Runtime) EndSession(ctx context.Context, cs *models.CodeSession) error 
 	}
 	r.checkouts.mu.Lock()
 	if co := r.checkouts.live[cs.ID]; co != nil {
-		co.dropSpare()
+		co.dropSpares()
 	}
 	delete(r.checkouts.live, cs.ID)
 	r.checkouts.mu.Unlock()
