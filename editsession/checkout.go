@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 
 	"atelier/gitsvc"
 	"atelier/models"
+	"atelier/sandbox"
 	"atelier/workspace"
 )
 
@@ -35,6 +37,20 @@ const checkoutIdle = 2 * time.Minute
 type checkout struct {
 	dir, home, tmp string // tmp is the session's /tmp
 	uid, gid       uint32
+	// lower, upper and work make dir an overlay when layered: the base as
+	// exported (lower), and what was written or deleted since (upper), so
+	// a capture reads only upper's paths (readChanged). Without an overlay
+	// on this host, dir is a plain folder and a capture walks all of it.
+	lower, upper, work string
+	layered            bool
+	// spares are sandbox helpers started ahead for the next commands
+	// (sandbox.Spare), oldest first, made while generation held: they see
+	// the mounts as they were then, so remove ends them and moves
+	// generation on. starting counts those being started.
+	spareMu    sync.Mutex
+	spares     []*sandbox.Spare
+	starting   int
+	generation int
 	// synced maps each path that differs from the base in dir to the
 	// version of the edit it holds (editVersion); the next sync writes only
 	// edits that changed since, so changes a shell made meanwhile are not
@@ -105,23 +121,127 @@ func (r *Runtime) baseEntries(ctx context.Context, sess *Session, co *checkout) 
 	return m, nil
 }
 
-// build makes a fresh checkout: the base exported by git, the edits written
-// on top, everything owned by the session's user, the top folder 0700.
+// build makes a fresh checkout: the base exported by git into the lower
+// layer, an empty upper one over it, the edits written on top, everything
+// owned by the session's user, the top folder 0700.
 func (r *Runtime) build(ctx context.Context, sess *Session, co *checkout) error {
-	if err := os.RemoveAll(co.dir); err != nil {
+	if err := co.remove(); err != nil {
 		return err
 	}
-	if err := os.Mkdir(co.dir, 0o700); err != nil {
+	if err := os.Mkdir(co.lower, 0o700); err != nil {
 		return fmt.Errorf("editsession: checkout: %w", err)
 	}
-	if err := r.git.Export(ctx, sess.Source.Repo, sess.BaseCommit, co.dir); err != nil {
+	if err := r.git.Export(ctx, sess.Source.Repo, sess.BaseCommit, co.lower); err != nil {
 		return err
 	}
-	co.synced = map[string]string{}
-	if err := r.sync(ctx, sess, co); err != nil {
+	if err := chownTree(co.lower, co.uid, co.gid); err != nil {
 		return err
 	}
-	return chownTree(co.dir, co.uid, co.gid)
+	if err := co.layer(); err != nil {
+		return err
+	}
+	co.synced, co.seen = map[string]string{}, nil
+	return r.sync(ctx, sess, co)
+}
+
+// layer mounts the overlay of an empty upper folder over the exported base
+// at dir, or, where the host has no overlay, makes the export dir itself.
+func (co *checkout) layer() error {
+	for _, d := range []string{co.upper, co.work, co.dir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return fmt.Errorf("editsession: checkout: %w", err)
+		}
+	}
+	// The overlay's top folder is the upper one's: the session's, 0700.
+	if err := os.Lchown(co.upper, int(co.uid), int(co.gid)); err != nil {
+		return fmt.Errorf("editsession: checkout: %w", err)
+	}
+	err := sandbox.MountLayers(co.lower, co.upper, co.work, co.dir)
+	if err == nil {
+		co.layered = true
+		return nil
+	}
+	if !errors.Is(err, sandbox.ErrNoLayers) {
+		return err
+	}
+	co.layered = false
+	for _, d := range []string{co.upper, co.work, co.dir} {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+	}
+	return os.Rename(co.lower, co.dir)
+}
+
+// sparesAhead is how many helpers wait for a session's next commands: a
+// helper's start-up takes longer than a short command, so commands run
+// back to back would otherwise catch up with the one started for them.
+const sparesAhead = 2
+
+// prepareSpares starts, in the background, sandbox helpers for the
+// checkout's next commands, up to sparesAhead.
+func (co *checkout) prepareSpares(box *sandbox.Sandbox, log *slog.Logger) {
+	co.spareMu.Lock()
+	generation := co.generation
+	missing := max(sparesAhead-len(co.spares)-co.starting, 0)
+	co.starting += missing
+	co.spareMu.Unlock()
+	for range missing {
+		go func() {
+			spare, err := box.Spare()
+			co.spareMu.Lock()
+			co.starting--
+			// Not when the checkout was removed meanwhile: it saw old mounts.
+			keep := err == nil && co.generation == generation && len(co.spares) < sparesAhead
+			if keep {
+				co.spares = append(co.spares, spare)
+			}
+			co.spareMu.Unlock()
+			if err != nil {
+				log.Warn("no spare sandbox helper", "err", err)
+			} else if !keep {
+				spare.Close()
+			}
+		}()
+	}
+}
+
+// takeSpare hands the oldest waiting helper, if any, to a command.
+func (co *checkout) takeSpare() *sandbox.Spare {
+	co.spareMu.Lock()
+	defer co.spareMu.Unlock()
+	if len(co.spares) == 0 {
+		return nil
+	}
+	spare := co.spares[0]
+	co.spares = co.spares[1:]
+	return spare
+}
+
+// dropSpares ends the waiting helpers: the checkout's mounts change or go.
+func (co *checkout) dropSpares() {
+	co.spareMu.Lock()
+	spares := co.spares
+	co.spares = nil
+	co.generation++
+	co.spareMu.Unlock()
+	for _, spare := range spares {
+		spare.Close()
+	}
+}
+
+// remove unmounts the checkout's overlay, a leftover of a server that
+// stopped included, and removes its folders.
+func (co *checkout) remove() error {
+	co.dropSpares()
+	if err := sandbox.UnmountLayers(co.dir); err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range []string{co.dir, co.lower, co.upper, co.work} {
+		errs = append(errs, os.RemoveAll(d))
+	}
+	return errors.Join(errs...)
 }
 
 // sync writes into the checkout the edits saved since it last saw them
@@ -303,9 +423,49 @@ func (r *Runtime) capture(ctx context.Context, sess *Session, co *checkout) ([]L
 	seen := co.seen
 	co.seen = nil // until this capture is stored
 	// The kernel's clock, which stamps ctime, not the runtime's.
-	files, nextSeen, left, err := walkCheckout(co.dir, base, seen, time.Now())
+	var files map[string]captured
+	var nextSeen map[string]seenFile
+	var left []LeftOut
+	// looked are the paths this capture knows about; nil: every path.
+	var looked map[string]bool
+	if co.layered {
+		files, nextSeen, left, looked, err = readChanged(co, base, seen, time.Now())
+	} else {
+		files, nextSeen, left, err = walkCheckout(co.dir, base, seen, time.Now())
+	}
 	if err != nil {
 		return nil, err
+	}
+	// gone says whether a path that is not among files is absent from the
+	// checkout, rather than unknown to this capture.
+	gone := func(p string) bool {
+		_, present := files[p]
+		return !present && (looked == nil || looked[p])
+	}
+	// baseLooked are the base's paths to check for deletions.
+	baseLooked := func(yield func(string, gitsvc.Entry) bool) {
+		if looked == nil {
+			for p, b := range base {
+				if !yield(p, b) {
+					return
+				}
+			}
+			return
+		}
+		for p := range looked {
+			if b, ok := base[p]; ok && !yield(p, b) {
+				return
+			}
+		}
+	}
+	if looked != nil && asSynced(files, looked, base, co.synced) {
+		// Nothing differs from what the session's edits already say: no
+		// transaction, no new edits, as after `true`.
+		for _, l := range left {
+			delete(nextSeen, l.Path)
+		}
+		co.seen = nextSeen
+		return left, nil
 	}
 	err = inSession(ctx, r.db, sess, func(tx *models.Store) error {
 		edits, err := tx.SessionFiles(ctx, sess.ID)
@@ -381,8 +541,8 @@ func (r *Runtime) capture(ctx context.Context, sess *Session, co *checkout) ([]L
 			}
 		}
 		// What the view has and the checkout lost was deleted.
-		for p, b := range base {
-			if _, present := files[p]; present || b.Type != "blob" || underUnwalked(p, left) {
+		for p, b := range baseLooked {
+			if !gone(p) || b.Type != "blob" || underUnwalked(p, left) {
 				continue
 			}
 			if e, had := edited[p]; had && e.Deleted {
@@ -393,7 +553,7 @@ func (r *Runtime) capture(ctx context.Context, sess *Session, co *checkout) ([]L
 			}
 		}
 		for p, e := range edited {
-			if _, present := files[p]; present || e.Deleted {
+			if !gone(p) || e.Deleted {
 				continue
 			}
 			if _, inBase := base[p]; !inBase { // an added file, gone again
@@ -414,6 +574,45 @@ func (r *Runtime) capture(ctx context.Context, sess *Session, co *checkout) ([]L
 	}
 	co.seen = nextSeen
 	return left, r.markDiverged(ctx, sess, co)
+}
+
+// asSynced reports whether every path a capture looked at is what the
+// checkout was last told (synced: the session's edits as of the last sync
+// or capture), or the base's where it was told nothing: a capture that
+// would record nothing.
+func asSynced(files map[string]captured, looked map[string]bool, base map[string]gitsvc.Entry, synced map[string]string) bool {
+	for p := range looked {
+		f, present := files[p]
+		version, told := synced[p]
+		b, inBase := base[p]
+		baseBlob := inBase && b.Type == "blob" && b.Mode != "120000"
+		switch {
+		case present && f.kind == leftOut:
+			// noted by the walk, never recorded
+		case present && f.kind == linkFile:
+			// The base's own link is as it was; any other gets a note.
+			if !inBase || b.Mode != "120000" || gitBlobID([]byte(f.link)) != b.SHA {
+				return false
+			}
+		case !present && told:
+			if version != "deleted" {
+				return false
+			}
+		case !present:
+			if inBase && b.Type == "blob" {
+				return false
+			}
+		case told:
+			if version != f.blob {
+				return false
+			}
+		default:
+			if !baseBlob || f.blob != b.SHA {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // readText reads one file of the checkout again, as walkCheckout does.
@@ -527,26 +726,9 @@ func walkCheckout(dir string, base map[string]gitsvc.Entry, seen map[string]seen
 				}
 				files[p] = captured{kind: linkFile, link: target}
 			case t.IsRegular():
-				if prev, ok := seen[p]; ok {
-					if key, ok := keys[e.Name()]; ok && key == prev.key && key.mode&unix.S_IFMT == unix.S_IFREG {
-						files[p] = captured{kind: textFile, blob: prev.blob, unread: true}
-						nextSeen[p] = prev
-						continue
-					}
-				}
-				content, why, key, err := readRegular(root, p)
-				if err != nil {
+				key, known := keys[e.Name()]
+				if err := lookAtFile(root, p, key, known, seen, nextSeen, trustBefore, files, &left); err != nil {
 					return err
-				}
-				if why != "" {
-					left = append(left, LeftOut{Path: p, Why: why})
-					files[p] = captured{kind: leftOut}
-					continue
-				}
-				blob := gitBlobID(content)
-				files[p] = captured{kind: textFile, content: content, blob: blob}
-				if key != (statKey{}) && key.ctimeNsec < trustBefore {
-					nextSeen[p] = seenFile{key: key, blob: blob}
 				}
 			default:
 				left = append(left, LeftOut{Path: p, Why: "not a regular file"})
@@ -559,6 +741,139 @@ func walkCheckout(dir string, base map[string]gitsvc.Entry, seen map[string]seen
 		return nil, nil, nil, err
 	}
 	return files, nextSeen, left, nil
+}
+
+// lookAtFile records the regular file p in files: not read again when
+// its statKey (key, when known) is the one in seen, else read and, unless
+// changed too close to the capture's start, kept in nextSeen for the next.
+func lookAtFile(root *os.Root, p string, key statKey, known bool, seen, nextSeen map[string]seenFile,
+	trustBefore int64, files map[string]captured, left *[]LeftOut) error {
+	if prev, ok := seen[p]; ok && known && key == prev.key && key.mode&unix.S_IFMT == unix.S_IFREG {
+		files[p] = captured{kind: textFile, blob: prev.blob, unread: true}
+		nextSeen[p] = prev
+		return nil
+	}
+	content, why, key, err := readRegular(root, p)
+	if err != nil {
+		return err
+	}
+	if why != "" {
+		*left = append(*left, LeftOut{Path: p, Why: why})
+		files[p] = captured{kind: leftOut}
+		return nil
+	}
+	blob := gitBlobID(content)
+	files[p] = captured{kind: textFile, content: content, blob: blob}
+	if key != (statKey{}) && key.ctimeNsec < trustBefore {
+		nextSeen[p] = seenFile{key: key, blob: blob}
+	}
+	return nil
+}
+
+// readChanged is walkCheckout for a layered checkout: it looks only at the
+// paths the upper layer holds (what was written, and the marks of what
+// was deleted), those of the base that a deleted or replaced folder hid,
+// and those of known edits. The answer's looked are those paths; any other
+// path of the base is as the base has it.
+func readChanged(co *checkout, base map[string]gitsvc.Entry, seen map[string]seenFile, began time.Time) (
+	files map[string]captured, nextSeen map[string]seenFile, left []LeftOut, looked map[string]bool, err error) {
+	upper, err := sandbox.ReadUpper(co.upper)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	looked = map[string]bool{}
+	baseBelow := func(dir string) {
+		prefix := dir + "/"
+		for p := range base {
+			if strings.HasPrefix(p, prefix) {
+				looked[p] = true
+			}
+		}
+	}
+	for _, e := range upper {
+		if inSubmodule(e.Path, base) || underUnwalked(e.Path, left) {
+			continue
+		}
+		if workspace.CheckRelPath(e.Path) != nil {
+			if !e.Whiteout {
+				left = append(left, LeftOut{Path: e.Path, Why: "not a valid path", Unwalked: true})
+			}
+			continue
+		}
+		looked[e.Path] = true
+		if !e.Dir || e.Opaque {
+			baseBelow(e.Path) // a folder of the base deleted, or replaced
+		}
+	}
+	for p := range co.synced {
+		looked[p] = true
+	}
+
+	root, err := os.OpenRoot(co.dir)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	defer root.Close()
+	trustBefore := began.Add(-racyMargin).UnixNano()
+	files, nextSeen = map[string]captured{}, map[string]seenFile{}
+	// realDir: whether a folder is one, all the way up, as a walk from the
+	// top would have entered it; a path below a link is not in the tree.
+	dirs := map[string]bool{".": true}
+	var realDir func(d string) bool
+	realDir = func(d string) bool {
+		if ok, known := dirs[d]; known {
+			return ok
+		}
+		ok := realDir(path.Dir(d))
+		if ok {
+			fi, err := root.Lstat(d)
+			ok = err == nil && fi.IsDir()
+		}
+		dirs[d] = ok
+		return ok
+	}
+	for p := range looked {
+		if !realDir(path.Dir(p)) {
+			continue
+		}
+		fi, err := root.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		switch t := fi.Mode().Type(); {
+		case t.IsDir():
+			continue
+		case t&fs.ModeSymlink != 0:
+			target, err := root.Readlink(p)
+			if err != nil {
+				return nil, nil, nil, nil, err
+			}
+			files[p] = captured{kind: linkFile, link: target}
+		case t.IsRegular():
+			key, known := statKeyOf(fi)
+			if err := lookAtFile(root, p, key, known, seen, nextSeen, trustBefore, files, &left); err != nil {
+				return nil, nil, nil, nil, err
+			}
+		default:
+			left = append(left, LeftOut{Path: p, Why: "not a regular file"})
+			files[p] = captured{kind: leftOut}
+		}
+	}
+	return files, nextSeen, left, looked, nil
+}
+
+// inSubmodule reports a path inside a submodule's folder of the base,
+// which is not the session's to change.
+func inSubmodule(p string, base map[string]gitsvc.Entry) bool {
+	for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		if b, ok := base[d]; ok && b.Type == "commit" {
+			return true
+		}
+	}
+	return false
 }
 
 // readRegular reads a file of at most MaxFileBytes that is text, or says why

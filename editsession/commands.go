@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"atelier/events"
@@ -98,9 +99,15 @@ func (r *Runtime) RunCommand(ctx context.Context, sess *Session, command, folder
 	out, runErr := r.runInCheckout(runCtx, sess, uid, command, folder)
 	end := r.now()
 	done()
-	if _, err := r.sb.Meter.Settle(context.WithoutCancel(ctx), res, start, end); err != nil {
-		r.log.Error("sandbox time not settled", "session", sess.ID, "err", err)
-	}
+	// Settling and the audit row are independent: they go to the
+	// database side by side, and the answer waits for both.
+	var settled sync.WaitGroup
+	defer settled.Wait()
+	settled.Go(func() {
+		if _, err := r.sb.Meter.Settle(context.WithoutCancel(ctx), res, start, end); err != nil {
+			r.log.Error("sandbox time not settled", "session", sess.ID, "err", err)
+		}
+	})
 	if runErr != nil {
 		return nil, runErr
 	}
@@ -164,10 +171,14 @@ func (r *Runtime) runInCheckout(ctx context.Context, sess *Session, uid uint32, 
 		dir = filepath.Join(co.dir, folder)
 	}
 	network := sandbox.Network(sess.Project.SandboxNetwork)
+	// A helper started ahead runs this one, and the next ones' start up
+	// while this one runs.
+	spare := co.takeSpare()
+	co.prepareSpares(r.sb.Box, r.log)
 	result, err := r.sb.Box.Run(ctx, sandbox.Spec{
 		UID: uid, GID: uid, Workspace: co.dir, Dir: dir, Home: co.home, Tmp: co.tmp,
 		Argv:    []string{"/bin/bash", "--noprofile", "--norc", "-c", command},
-		Network: network,
+		Network: network, Spare: spare,
 	}, sandbox.Limits{Timeout: CommandTimeout, MaxStream: CommandTail, Tail: true, TimeoutExit: 124})
 	// Run returns once every process of the command has ended (its PID
 	// namespace goes with it); the session's shells live on.

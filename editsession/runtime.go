@@ -151,6 +151,9 @@ func (r *Runtime) openSessionFolder(top, sessionID string) error {
 // removeSessionFolder removes the session's folder and its disk. Nothing
 // of the session may run.
 func (r *Runtime) removeSessionFolder(top, sessionID string) error {
+	if err := sandbox.UnmountLayers(filepath.Join(top, "checkout")); err != nil {
+		return err
+	}
 	if r.sb.DiskBytes > 0 {
 		if err := sandbox.UnmountDisk(r.diskImage(sessionID), top); err != nil {
 			return err
@@ -174,8 +177,11 @@ func (r *Runtime) checkoutFor(ctx context.Context, sess *Session, uid uint32) (*
 		if _, err := os.Lstat(co.dir); err == nil {
 			return co, r.sync(ctx, sess, co)
 		}
+		co.dropSpares()
 	}
-	co = &checkout{dir: dir, home: home, tmp: tmp, uid: uid, gid: uid}
+	top := filepath.Dir(dir)
+	co = &checkout{dir: dir, home: home, tmp: tmp, uid: uid, gid: uid,
+		lower: filepath.Join(top, "lower"), upper: filepath.Join(top, "upper"), work: filepath.Join(top, "work")}
 	if err := r.openSessionFolder(filepath.Dir(dir), sess.ID); err != nil {
 		return nil, err
 	}
@@ -261,7 +267,7 @@ func (r *Runtime) DropIdleCheckouts(ctx context.Context) {
 		}
 		r.checkouts.mu.Unlock()
 		if co != nil {
-			if err := os.RemoveAll(co.dir); err != nil {
+			if err := co.remove(); err != nil {
 				r.log.Warn("idle checkout not removed", "session", id, "err", err)
 			}
 		}
@@ -291,6 +297,9 @@ func (r *Runtime) EndSession(ctx context.Context, cs *models.CodeSession) error 
 		return err
 	}
 	r.checkouts.mu.Lock()
+	if co := r.checkouts.live[cs.ID]; co != nil {
+		co.dropSpares()
+	}
 	delete(r.checkouts.live, cs.ID)
 	r.checkouts.mu.Unlock()
 	return r.removeSessionFolder(top, cs.ID)

@@ -57,3 +57,29 @@ func BenchmarkOneShot(b *testing.B) {
 		b.ReportMetric(ms(allow), "allow-ms")
 	}
 }
+
+// BenchmarkOneShotSpare is BenchmarkOneShot's jailed `true` in a helper
+// started ahead (Sandbox.Spare) and given time to start up, as a session's
+// next command finds it: what is left is the jail and the command.
+func BenchmarkOneShotSpare(b *testing.B) {
+	sb := newSandbox(b, nil)
+	s := newSession(b, sb)
+	lim := sandbox.Limits{Timeout: 120 * time.Second, MaxStream: 64 << 10, Tail: true, TimeoutExit: 124}
+	var spared time.Duration
+	for b.Loop() {
+		spare, err := sb.Spare()
+		if err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // its start-up, between two commands
+		spec := s.spec("true")
+		spec.Spare = spare
+		start := time.Now()
+		res, err := sb.Run(context.Background(), spec, lim)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("%+v, %v", res, err)
+		}
+		spared += time.Since(start)
+	}
+	b.ReportMetric(spared.Seconds()*1e3/float64(b.N), "spared-ms")
+}

@@ -92,6 +92,11 @@ func enter(ch *os.File) (string, error) {
 	if os.Getuid() != 0 {
 		return stageSpec, errors.New("the init helper must start as root")
 	}
+	if len(os.Args) > 1 && os.Args[1] == spareArg {
+		if err := receiveStdio(ch); err != nil {
+			return stageSpec, err
+		}
+	}
 	var is initSpec
 	if err := json.NewDecoder(ch).Decode(&is); err != nil {
 		return stageSpec, err

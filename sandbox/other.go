@@ -42,3 +42,22 @@ func RunPlain(context.Context, []string, string, []string, Limits) (*Result, err
 func MountDisk(string, string, int64) error { return errUnsupported }
 func UnmountDisk(string, string) error      { return errUnsupported }
 func CleanDisks(string) error               { return nil }
+
+// ErrNoLayers: no overlay off Linux.
+var ErrNoLayers = errUnsupported
+
+// UpperEntry is a path of an overlay's upper folder.
+type UpperEntry struct {
+	Path                  string
+	Dir, Opaque, Whiteout bool
+}
+
+func MountLayers(string, string, string, string) error { return ErrNoLayers }
+func UnmountLayers(string) error                       { return nil }
+func ReadUpper(string) ([]UpperEntry, error)           { return nil, errUnsupported }
+
+// Spare is unavailable off Linux.
+type Spare struct{}
+
+func (s *Sandbox) Spare() (*Spare, error) { return nil, errUnsupported }
+func (sp *Spare) Close()                  {}

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -238,7 +239,21 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec, lim Limits) (*Result, erro
 	}
 	defer eg.end() // run returns once every process of the command is gone
 	is.JoinNetns = eg != nil
+	spare := spec.Spare.take()
+	if spare != nil && (spec.Stdin != nil || eg != nil || !spare.fresh()) {
+		spare.end()
+		spare = nil
+	}
 	return run(ctx, lim, func(stdout, stderr *os.File) (*exec.Cmd, tree, error) {
+		if spare != nil {
+			conn, err := s.handOver(spare, is, stdout, stderr)
+			if err == nil {
+				return spare.cmd, &nsTree{pid: spare.cmd.Process.Pid, conn: conn}, nil
+			}
+			if !errors.Is(err, errSpareGone) {
+				return nil, nil, err
+			}
+		}
 		cmd := s.helper()
 		cmd.ExtraFiles = eg.files()
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, stdout, stderr
@@ -440,15 +455,16 @@ func (c *helperConn) close() { c.f.Close() }
 // The socket stays open while the command runs, for the helper to say
 // which signal ended it.
 func (s *Sandbox) launch(cmd *exec.Cmd, is *initSpec) (*helperConn, error) {
-	if s.cg != nil && !is.Probe {
-		s.groups.RLock()
-		defer s.groups.RUnlock()
-		procs, err := s.cg.ensure(is.UID)
-		if err != nil {
-			return nil, err
-		}
-		is.Cgroups = procs
+	ours, err := startHelper(cmd)
+	if err != nil {
+		return nil, err
 	}
+	return s.instruct(cmd, ours, is)
+}
+
+// startHelper starts cmd, a helper, with a socket to it as its fd 3, and
+// answers the server's end.
+func startHelper(cmd *exec.Cmd) (*os.File, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: socketpair: %w", err)
@@ -467,6 +483,24 @@ func (s *Sandbox) launch(cmd *exec.Cmd, is *initSpec) (*helperConn, error) {
 		ours.Close()
 		// The clone itself failed: a namespace kind the kernel refuses.
 		return nil, fmt.Errorf("%w: new PID, mount, IPC and UTS namespaces: %w", ErrUnavailable, err)
+	}
+	return ours, nil
+}
+
+// instruct sends a started helper is and waits for its word that the
+// command started, or its failure, which ends the helper.
+func (s *Sandbox) instruct(cmd *exec.Cmd, ours *os.File, is *initSpec) (*helperConn, error) {
+	if s.cg != nil && !is.Probe {
+		s.groups.RLock()
+		defer s.groups.RUnlock()
+		procs, err := s.cg.ensure(is.UID)
+		if err != nil {
+			ours.Close()
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, err
+		}
+		is.Cgroups = procs
 	}
 	ours.SetDeadline(time.Now().Add(startWait))
 	conn := &helperConn{f: ours, dec: json.NewDecoder(ours)}

@@ -40,6 +40,10 @@ type Spec struct {
 	// TTY is a PTY slave for Start: it becomes stdin, stdout and stderr and
 	// the controlling terminal of a new session. The caller owns the PTY.
 	TTY *os.File
+	// Spare is a helper started ahead for this command (Sandbox.Spare),
+	// or nil. Run takes it: it runs the command in it when it can, and
+	// ends it otherwise (a Stdin, or Network Allow, needs a fresh one).
+	Spare *Spare
 }
 
 // Config is the sandbox's set-up, loaded once.

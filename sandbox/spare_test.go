@@ -1,0 +1,218 @@
+//go:build linux
+
+package sandbox_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"atelier/sandbox"
+)
+
+// spareHelpers are the spare helpers of this process still alive.
+func spareHelpers(t *testing.T) []string {
+	t.Helper()
+	var found []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		stat, err2 := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil || err2 != nil || string(cmdline) != "atelier-sandbox-init\x00spare\x00" {
+			continue
+		}
+		// Ours: its parent is this process. A zombie does not count.
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(os.Getpid()) && fields[0] != "Z" {
+			found = append(found, e.Name())
+		}
+	}
+	return found
+}
+
+// TestSpareRunsOneCommandInTheSameJail: a command handed to a helper
+// started ahead runs as the session's user in the same jail as any (the
+// allow-list root, its output and exit code); the spare serves one command
+// only, after which Run starts helpers afresh; and a spare nobody used
+// ends with Close.
+func TestSpareRunsOneCommandInTheSameJail(t *testing.T) {
+	sb := newSandbox(t, nil)
+	s := newSession(t, sb)
+	spare, err := sb.Spare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spare.Close()
+	if len(spareHelpers(t)) != 1 {
+		t.Fatalf("spare helpers %v, want one", spareHelpers(t))
+	}
+	plain := s.mustRun(t, "ls -A /; id -u")
+	spec := s.spec("ls -A /; id -u; echo to-stderr >&2; touch /workspace/by-spare; exit 3")
+	spec.Spare = spare
+	res, err := sb.Run(context.Background(), spec, sandbox.Limits{Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 3 || string(res.Stdout) != plain || string(res.Stderr) != "to-stderr\n" {
+		t.Fatalf("through the spare: exit %d\nstdout %q\nwant   %q\nstderr %q", res.ExitCode, res.Stdout, plain, res.Stderr)
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, "by-spare")); err != nil {
+		t.Fatalf("the command's file in the checkout: %v", err)
+	}
+	if got := spareHelpers(t); len(got) != 0 {
+		t.Fatalf("spare helpers left after its command: %v", got)
+	}
+	// Taken: the same Spare again starts a helper of its own.
+	spec.Spare = spare
+	if res, err := sb.Run(context.Background(), spec, sandbox.Limits{Timeout: 30 * time.Second}); err != nil || res.ExitCode != 3 {
+		t.Fatalf("a used spare again: %+v %v", res, err)
+	}
+
+	unused, err := sb.Spare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unused.Close()
+	if got := spareHelpers(t); len(got) != 0 {
+		t.Fatalf("a closed spare still runs: %v", got)
+	}
+}
+
+// TestSpareIsNotForStdinOrAllow: a command with a stdin, or with the
+// network allowed, needs what a spare cannot have; Run ends the spare and
+// starts a helper afresh, and the command gets its stdin.
+func TestSpareIsNotForStdinOrAllow(t *testing.T) {
+	sb := newSandbox(t, nil)
+	s := newSession(t, sb)
+	spare, err := sb.Spare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := s.spec("cat")
+	spec.Stdin = strings.NewReader("from stdin\n")
+	spec.Spare = spare
+	res, err := sb.Run(context.Background(), spec, sandbox.Limits{Timeout: 30 * time.Second})
+	if err != nil || string(res.Stdout) != "from stdin\n" {
+		t.Fatalf("with a stdin: %+v %v", res, err)
+	}
+	if got := spareHelpers(t); len(got) != 0 {
+		t.Fatalf("the spare of a command with a stdin still runs: %v", got)
+	}
+}
+
+// TestLayersSayWhatChanged: the upper folder of a checkout's overlay holds
+// exactly what commands wrote, deleted, renamed and replaced, marked as
+// such, and nothing of what they left alone.
+func TestLayersSayWhatChanged(t *testing.T) {
+	sb := newSandbox(t, nil)
+	s := newSession(t, sb)
+	top := filepath.Dir(s.dir)
+	lower, upper, work := filepath.Join(top, "lower"), filepath.Join(top, "upper"), filepath.Join(top, "work")
+	for _, p := range []string{"same/a.txt", "edit/b.txt", "del/c.txt", "tree/d/e.txt", "ren/f.txt", "swap/g.txt", "swap/h.txt"} {
+		full := filepath.Join(lower, p)
+		os.MkdirAll(filepath.Dir(full), 0o755)
+		if err := os.WriteFile(full, []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{upper, work} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := chownAll(lower, s.uid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(upper, int(s.uid), int(s.uid)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sandbox.MountLayers(lower, upper, work, s.dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sandbox.UnmountLayers(s.dir); err != nil {
+			t.Error(err)
+		}
+	})
+	s.mustRun(t, `echo x >> edit/b.txt; rm del/c.txt; rm -r tree; mv ren ren2; rm -r swap && mkdir swap && echo n > swap/new.txt; chmod 600 same/a.txt`)
+	entries, err := sandbox.ReadUpper(upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		mark := ""
+		switch {
+		case e.Whiteout:
+			mark = " (deleted)"
+		case e.Opaque:
+			mark = " (replaced folder)"
+		case e.Dir:
+			mark = "/"
+		}
+		got = append(got, e.Path+mark)
+	}
+	slices.Sort(got)
+	want := []string{"del/", "del/c.txt (deleted)", "edit/", "edit/b.txt", "ren (deleted)", "ren2/", "ren2/f.txt",
+		"same/", "same/a.txt", "swap (replaced folder)", "swap/new.txt", "tree (deleted)"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("upper folder:\n got %q\nwant %q", got, want)
+	}
+	if err := sandbox.UnmountLayers(s.dir); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(s.dir); len(entries) != 0 {
+		t.Fatalf("the checkout still shows %d entries once unmounted", len(entries))
+	}
+}
+
+func chownAll(dir string, uid uint32) error {
+	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(uid), int(uid))
+	})
+}
+
+// TestDeadSpareStartsAfresh: a spare that died before its command (killed
+// from outside here) costs the command nothing but a fresh helper.
+func TestDeadSpareStartsAfresh(t *testing.T) {
+	sb := newSandbox(t, nil)
+	s := newSession(t, sb)
+	spare, err := sb.Spare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := spareHelpers(t)
+	if len(pids) != 1 {
+		t.Fatalf("spare helpers %v, want one", pids)
+	}
+	pid, _ := strconv.Atoi(pids[0])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Dead: a zombie, whose files the kernel has closed.
+	if !eventually(5*time.Second, func() bool {
+		stat, err := os.ReadFile(filepath.Join("/proc", pids[0], "stat"))
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		return err == nil && len(fields) > 0 && fields[0] == "Z"
+	}) {
+		t.Fatal("the spare did not die")
+	}
+	spec := s.spec("echo fresh")
+	spec.Spare = spare
+	res, err := sb.Run(context.Background(), spec, sandbox.Limits{Timeout: 30 * time.Second})
+	if err != nil || res.ExitCode != 0 || string(res.Stdout) != "fresh\n" {
+		t.Fatalf("after the spare died: %+v %v", res, err)
+	}
+}
