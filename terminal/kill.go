@@ -3,8 +3,10 @@ package terminal
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,28 +28,49 @@ func killSession(pid int) error {
 	if err := unix.Kill(-pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
 		errs = append(errs, err)
 	}
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	for _, d := range procs {
-		p, err := strconv.Atoi(d.Name())
+	// A killed process lives on until the kernel has torn it down, so the
+	// session is asked again until nothing of it is alive; Close promises
+	// that the shell's processes are gone, not only signalled.
+	for deadline := time.Now().Add(killWait); ; time.Sleep(5 * time.Millisecond) {
+		alive, err := aliveInSession(pid)
 		if err != nil {
-			continue
+			return errors.Join(append(errs, err)...)
 		}
-		if sid, ok := sessionOf(p); ok && sid == pid {
+		if len(alive) == 0 {
+			return errors.Join(errs...)
+		}
+		if time.Now().After(deadline) {
+			return errors.Join(append(errs, fmt.Errorf("processes %v of session %d outlived SIGKILL for %s", alive, pid, killWait))...)
+		}
+		for _, p := range alive {
 			if err := unix.Kill(p, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
 				errs = append(errs, err)
 			}
 		}
 	}
-	return errors.Join(errs...)
 }
 
-// sessionOf reads the session id of process pid.
-func sessionOf(pid int) (int, bool) {
-	st, ok := readStat(pid)
-	return st.session, ok
+// killWait bounds how long killSession waits for killed processes to go.
+const killWait = 2 * time.Second
+
+// aliveInSession lists the processes of session sid that have not exited
+// (zombies have: only their parent's wait is left).
+func aliveInSession(sid int) ([]int, error) {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var alive []int
+	for _, d := range procs {
+		p, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := readStat(p); ok && st.session == sid && st.state != 'Z' && st.state != 'X' {
+			alive = append(alive, p)
+		}
+	}
+	return alive, nil
 }
 
 // procStat is what we read of /proc/PID/stat.
