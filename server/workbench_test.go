@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -94,12 +95,22 @@ func TestCancelCommand(t *testing.T) {
 	expectProblem(t, other.post(base+"/commands/cancel", nil, jsonAccept), http.StatusNotFound, "not_found")
 	// The owner's browser without the token (a cross-site form) is refused.
 	expectProblem(t, owner.postRaw(base+"/commands/cancel", url.Values{}, jsonAccept), http.StatusForbidden, "csrf")
-	select {
-	case a := <-answer:
-		t.Fatalf("the command ended before its owner cancelled it: %+v", a)
-	case <-time.After(300 * time.Millisecond):
+	// It is cancelled once it has written, so the answer has something to
+	// keep: the first command also builds the checkout, which on a loaded
+	// machine takes longer than any fixed pause.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		select {
+		case a := <-answer:
+			t.Fatalf("the command ended before its owner cancelled it: %+v", a)
+		default:
+		}
+		if wrote, _ := filepath.Glob(filepath.Join(h.cfg.WorkspacesRoot, "*", "session-*", "checkout", "wrote.txt")); len(wrote) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command wrote nothing within 20 s")
+		}
 	}
-	waitRunning(t, h, s.ID)
 
 	res := owner.post(base+"/commands/cancel", nil, jsonAccept)
 	if res.StatusCode != http.StatusOK {
