@@ -716,7 +716,8 @@ func shareOf(got, anchor, least float64, name string) verdict {
 	if got >= least*anchor {
 		return verdict{true, fmt.Sprintf("%.2f of %s", got/anchor, name)}
 	}
-	return verdict{false, fmt.Sprintf("%.2f of %s, short of %.2f", got/anchor, name, least)}
+	// Three places, so a near miss does not read as the bound itself.
+	return verdict{false, fmt.Sprintf("%.3f of %s, short of %.2f", got/anchor, name, least)}
 }
 
 // judge is a row's result: "met" when every verdict is, else "misses", then

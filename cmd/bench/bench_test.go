@@ -115,9 +115,12 @@ func TestTTYDBuiltOnceIsReused(t *testing.T) {
 	if err := os.WriteFile(cached, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// The source folder is not even ttyd's: the cache answers first.
-	if bin, why := findTTYD(t.TempDir(), io.Discard); bin != cached {
-		t.Errorf("got %q (%s), want the cached %s", bin, why, cached)
+	// The source folder is not even ttyd's, or not given: the cache
+	// answers first.
+	for _, src := range []string{t.TempDir(), ""} {
+		if bin, why := findTTYD(src, io.Discard); bin != cached {
+			t.Errorf("source %q: got %q (%s), want the cached %s", src, bin, why, cached)
+		}
 	}
 }
 
@@ -137,5 +140,8 @@ func TestJudgeAndRounds(t *testing.T) {
 	}
 	if got := judge("note", shareOf(50, 40, 1, "ttyd")); got != "met (1.25 of ttyd; note)" {
 		t.Errorf("judge = %q", got)
+	}
+	if got := judge("", shareOf(84.8, 100, 0.85, "raw")); got != "misses: 0.848 of raw, short of 0.85" {
+		t.Errorf("a near miss of a share: judge = %q", got)
 	}
 }

@@ -47,9 +47,6 @@ func findTTYD(src string, logw io.Writer) (bin, whyNot string) {
 	if p, err := exec.LookPath("ttyd"); err == nil {
 		return p, ""
 	}
-	if src == "" {
-		return "", "not on PATH, and no source to build it from: give -ttyd-src or " + ttydSrcEnv
-	}
 	dir, err := ttydCacheDir()
 	if err != nil {
 		return "", err.Error()
@@ -57,6 +54,9 @@ func findTTYD(src string, logw io.Writer) (bin, whyNot string) {
 	bin = filepath.Join(dir, "ttyd")
 	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 		return bin, ""
+	}
+	if src == "" {
+		return "", "not on PATH, and no source to build it from: give -ttyd-src or " + ttydSrcEnv
 	}
 	if _, err := os.Stat(filepath.Join(src, "CMakeLists.txt")); err != nil {
 		return "", "not on PATH, and " + src + " is not ttyd's source (no CMakeLists.txt)"
