@@ -10,6 +10,13 @@ import (
 	"testing"
 )
 
+// TestMain lets the test binary serve the HTTP floor, as the bench
+// binary does: the bench starts a copy of whichever binary runs it.
+func TestMain(m *testing.M) {
+	serveFloorWhenAsked()
+	os.Exit(m.Run())
+}
+
 // TestShortBench runs every measure at small sizes against a real server,
 // so the bench command keeps working as the server changes; the figures
 // are not judged here, on a machine shared with other tests. ttyd is
@@ -35,9 +42,20 @@ func TestShortBench(t *testing.T) {
 	for _, measure := range []string{"keystroke round trip", "terminal throughput"} {
 		checkTTYDShare(t, measure, rowOf(table, measure))
 	}
+	// The keystroke row says where a key's time goes.
+	keys := rowOf(table, "keystroke round trip")
+	for _, want := range []*regexp.Regexp{httpFloor, handlersTake} {
+		if m := want.FindStringSubmatch(keys); m == nil {
+			t.Errorf("the keystroke row has no %s:\n%s", want, keys)
+		} else if v, _ := strconv.ParseFloat(m[1], 64); v <= 0 {
+			t.Errorf("the keystroke row's %s is not a measurement:\n%s", want, keys)
+		}
+	}
 }
 
 var (
+	httpFloor       = regexp.MustCompile(`HTTP floor \([^)]+\) (\d+\.\d+) ms`)
+	handlersTake    = regexp.MustCompile(`handlers take (\d+\.\d+) ms`)
 	ttydMeasured    = regexp.MustCompile(`ttyd (\d+\.\d+) (ms|MB/s)`)
 	ttydNotMeasured = regexp.MustCompile(`ttyd: not measured \([^)]+\)`)
 )

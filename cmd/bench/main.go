@@ -23,6 +23,7 @@ import (
 )
 
 func main() {
+	serveFloorWhenAsked()
 	short := flag.Bool("short", false, "small sizes and 1 round, to check that every row still measures (CI)")
 	rounds := flag.Int("rounds", 0, "rounds of every measure, the median printed (default 3, or 1 with -short)")
 	ttydSrc := flag.String("ttyd-src", os.Getenv(ttydSrcEnv), "ttyd's source folder, built into the user's cache folder when ttyd is not on PATH (default $"+ttydSrcEnv+")")
