@@ -115,7 +115,7 @@ func (r *Runtime) RunCommand(ctx context.Context, sess *Session, command, folder
 		r.sb.Observer.CommandRan(out.ExitCode, time.Duration(out.DurationMS)*time.Millisecond)
 	}
 	audit := &models.SessionCommand{SessionID: sess.ID, Command: command, Folder: folder,
-		ExitCode: out.ExitCode, DurationMS: out.DurationMS, StartedAt: start}
+		ExitCode: out.ExitCode, Canceled: out.Canceled, DurationMS: out.DurationMS, StartedAt: start}
 	if err := r.db.AddSessionCommand(ctx, audit); err != nil {
 		return nil, err
 	}

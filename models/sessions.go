@@ -266,6 +266,7 @@ type SessionCommand struct {
 	Command    string    `json:"command"`
 	Folder     string    `json:"folder"`
 	ExitCode   int       `json:"exitCode"`
+	Canceled   bool      `json:"canceled"` // stopped by the session's owner
 	DurationMS int64     `json:"durationMs" gorm:"column:duration_ms"`
 	StartedAt  time.Time `json:"startedAt"`
 }

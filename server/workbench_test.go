@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"atelier/editsession"
+	"atelier/models"
 )
 
 // runInBackground starts a command, as JSON or as the command box's htmx
@@ -141,6 +142,19 @@ func TestCancelCommand(t *testing.T) {
 	}
 	if !changed {
 		t.Fatal("the file the command wrote before it was cancelled is not an edit")
+	}
+	// The history lists it as cancelled, not by the exit status the stop
+	// left; a command that ran to its end is not.
+	if out, _ := owner.run(base, "exit 3", ""); out.ExitCode != 3 {
+		t.Fatalf("exit 3 ran as %+v", out)
+	}
+	hist := decode[struct{ Commands []models.SessionCommand }](t, owner.get(base+"/commands", jsonAccept))
+	if len(hist.Commands) != 2 || !hist.Commands[1].Canceled || hist.Commands[0].Canceled || hist.Commands[0].ExitCode != 3 {
+		t.Fatalf("history after a cancelled command and exit 3, newest first: %+v", hist.Commands)
+	}
+	page := readBody(owner.get(base+"/commands", header{"HX-Request": "true"}))
+	if strings.Count(page, "cancelled") != 1 || !strings.Contains(page, `data-canceled="true"`) {
+		t.Fatalf("the history partial does not mark the cancelled command:\n%s", page)
 	}
 	// The HTML result the command box shows says so too.
 	htmlAnswer := owner.runInBackground(base, "sleep 30", true)

@@ -1,0 +1,1 @@
+ALTER TABLE code_session_commands DROP COLUMN canceled;
