@@ -33,7 +33,8 @@ func tabUntil(predicate string, shift bool) chromedp.Action[chromedp.Void] {
 // inline (it opens in a tab, in whose editor they type), renames it inline
 // (the tab follows, its unsaved text kept), deletes it (the tab closes) and
 // a base file inline (seeing the change marks), sees a bad name refused in
-// place, restores the base file, makes a folder (pending until its first
+// place, restores the base file, reverts it after a change (its open tab
+// shows the base's text again), makes a folder (pending until its first
 // file) and opens a file into the editor.
 func TestBrowserExplorer(t *testing.T) {
 	h := newHarness(t)
@@ -144,6 +145,23 @@ func TestBrowserExplorer(t *testing.T) {
 		untilPage(`document.activeElement.matches('#session-tree li[data-path="README.md"] .inline-confirm button[data-confirm]')`),
 		chromedp.KeyEvent(kb.Enter),
 		shows(`#session-tree li.file:not(.deleted) > a[data-path="README.md"]`),
+		focusedOn("README.md"),
+
+		// A saved change, then an unsaved one; Revert brings back the
+		// base's text into the open tab, which stays open and clean.
+		chromedp.KeyEvent(kb.Enter),
+		inEditorOf("README.md"),
+		chromedp.KeyEvent("saved "),
+		chromedp.KeyEvent("s", chromedp.KeyModifiers(chromedp.ModifierCtrl)),
+		showsText(`#session-tree li.modified[data-path="README.md"] .mark`, "M"),
+		chromedp.KeyEvent("unsaved "),
+		shows(`#editor-tabs .editor-tab[data-path="README.md"][data-dirty="true"]`),
+		untilPage(`document.querySelector('#session-tree li[data-path="README.md"] button[data-act="restore"]').click(), true`),
+		showsText(`#session-tree li[data-path="README.md"] .inline-confirm`, "unsaved ones in its tab"),
+		untilPage(`document.activeElement.matches('#session-tree li[data-path="README.md"] .inline-confirm button[data-confirm]')`),
+		chromedp.KeyEvent(kb.Enter),
+		shows(`#session-tree li.file:not(.modified) > a[data-path="README.md"]`),
+		untilPage(editorText+` === "# Browse" && !!document.querySelector('#editor-tabs .editor-tab.current[data-path="README.md"]:not([data-dirty="true"])')`),
 		focusedOn("README.md"),
 
 		// Walk down into a folder; a new folder there is pending until its

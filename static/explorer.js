@@ -362,14 +362,15 @@
     function confirmRestore(item) {
       const path = item.dataset.path;
       const deleted = item.dataset.status === "deleted";
+      const wb = workbench();
       const text = deleted ? "Restore " + nameOf(path) + " as it is in the base?"
-        : "Revert " + nameOf(path) + " to the base? Your saved changes to it are lost.";
+        : "Revert " + nameOf(path) + " to the base? Your saved changes to it are lost" +
+          (wb && wb.isDirty(path) ? ", and the unsaved ones in its tab." : ".");
       confirmInline(item, text, deleted ? "Restore" : "Revert", async () => {
         const res = await send("POST", "revert", { path });
         if (!res.ok) return res.body;
         editing = null;
-        const wb = workbench();
-        if (wb && !deleted && !wb.isDirty(path)) wb.closeTab(path); // its text is the base's again
+        if (wb && !deleted) await wb.reverted(path); // an open tab shows the base's text again
         await refresh();
         focusPath(path);
         return null;

@@ -25,6 +25,8 @@
 //                         inline first (answers false then)
 //   renamed(from, to)     a file or folder was renamed: its tabs follow
 //   deleted(path)         a file or folder was deleted: its tabs close
+//   reverted(path)        a file went back to the base: its open tab
+//                         reloads, unsaved changes dropped
 //   isDirty(path)         whether path's tab has unsaved changes
 (function () {
   "use strict";
@@ -1139,6 +1141,7 @@
       closeTab(path) { return closeTab(tabOf(String(path || ""))); },
       renamed(from, to) { return renamed(String(from || ""), String(to || "")); },
       deleted(path) { deleted(String(path || "")); },
+      reverted(path) { return tabOf(String(path || "")) ? openFile(String(path), true) : Promise.resolve(null); },
       isDirty(path) { const t = tabOf(String(path || "")); return !!t && (t.dirty() || !t.exists); },
     });
 
