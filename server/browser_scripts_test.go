@@ -21,25 +21,7 @@ func TestBrowserLateExtensionScript(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	paused := make(chan fetch.RequestID, 4)
-	listen, stop := context.WithCancel(ctx)
-	defer stop()
-	if err := chromedp.Listen(listen, func(ev any) {
-		if e, ok := ev.(*fetch.EventRequestPaused); ok {
-			paused <- e.RequestID
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	intercept := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		_, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{
-			{URLPattern: "*/static/vendor/hx-sse.min.js"},
-		}})
-		return err
-	})
-	if err := do(ctx, intercept); err != nil {
-		t.Fatal(err)
-	}
+	paused := holdRequests(t, ctx, "*/static/vendor/hx-sse.min.js", fetch.RequestStageRequest)
 	delayed := make(chan error, 1)
 	go func() {
 		id := <-paused
@@ -62,4 +44,31 @@ func TestBrowserLateExtensionScript(t *testing.T) {
 		t.Fatal("the dashboard never asked for its extension script")
 	}
 	waitFor(t, 10*time.Second, "the dashboard to follow the live stream", func() bool { return h.app.Events.Followers() >= 1 })
+}
+
+// holdRequests makes the browser hold every request whose URL matches
+// pattern at stage (before it is sent, or once its answer is in) and hands
+// their ids to the channel; the test lets each go on, or fails it.
+func holdRequests(t *testing.T, ctx context.Context, pattern string, stage fetch.RequestStage) <-chan fetch.RequestID {
+	t.Helper()
+	paused := make(chan fetch.RequestID, 16)
+	listen, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	if err := chromedp.Listen(listen, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			paused <- e.RequestID
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	intercept := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{
+			{URLPattern: pattern, RequestStage: stage},
+		}})
+		return err
+	})
+	if err := do(ctx, intercept); err != nil {
+		t.Fatal(err)
+	}
+	return paused
 }

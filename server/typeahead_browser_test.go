@@ -96,25 +96,7 @@ func TestBrowserTypingAhead(t *testing.T) {
 	// server applied it: the page sends the same batch again.
 	typeKeys("stty raw -echo; echo AG''AIN; head -c 3000 | sha256sum; stty sane\r")
 	waitScreen("the shell ready again", "AGAIN")
-	paused := make(chan fetch.RequestID, 16)
-	listen, stop := context.WithCancel(ctx)
-	defer stop()
-	if err := chromedp.Listen(listen, func(ev any) {
-		if e, ok := ev.(*fetch.EventRequestPaused); ok {
-			paused <- e.RequestID
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	intercept := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		_, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{
-			{URLPattern: "*/input", RequestStage: fetch.RequestStageResponse},
-		}})
-		return err
-	})
-	if err := do(ctx, intercept); err != nil {
-		t.Fatal(err)
-	}
+	paused := holdRequests(t, ctx, "*/input", fetch.RequestStageResponse)
 	answers := make(chan error, 1)
 	go func() {
 		lost := false
