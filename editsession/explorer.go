@@ -135,7 +135,7 @@ func (s *Sessions) Rename(ctx context.Context, sess *Session, from, to string) (
 			}
 		}
 		for _, f := range files {
-			content, err := s.contentOf(ctx, tx, sess, f)
+			content, err := s.contentOf(ctx, tx, sess, f.path)
 			if err != nil {
 				return err
 			}
@@ -257,21 +257,6 @@ func (s *Sessions) remove(ctx context.Context, tx *models.Store, sess *Session, 
 		return tx.DeleteSessionFile(ctx, sess.ID, f.path)
 	}
 	return tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: f.path, Deleted: true, UpdatedAt: s.now()})
-}
-
-// contentOf is f's bytes as the session sees them.
-func (s *Sessions) contentOf(ctx context.Context, tx *models.Store, sess *Session, f treeFile) ([]byte, error) {
-	content, exists, err := s.current(ctx, tx, sess, f.path)
-	if err != nil {
-		return nil, err
-	}
-	if !exists {
-		return nil, ErrFileNotFound
-	}
-	if len(content) > MaxFileBytes {
-		return nil, ErrTooLarge
-	}
-	return content, nil
 }
 
 // Kinds of paths in the session's tree.

@@ -65,7 +65,20 @@ func (s *Sessions) Read(ctx context.Context, sess *Session, path string) (*File,
 	if err := workspace.CheckRelPath(path); err != nil {
 		return nil, err
 	}
-	content, exists, err := s.current(ctx, s.db, sess, path)
+	content, err := s.contentOf(ctx, s.db, sess, path)
+	if err != nil {
+		return nil, err
+	}
+	if bytes.IndexByte(content, 0) >= 0 {
+		return nil, ErrBinary
+	}
+	return &File{Path: path, Content: content, ETag: ETag(content)}, nil
+}
+
+// contentOf is the bytes of the file at path as the session sees them,
+// within the size an edit may have.
+func (s *Sessions) contentOf(ctx context.Context, db *models.Store, sess *Session, path string) ([]byte, error) {
+	content, exists, err := s.current(ctx, db, sess, path)
 	if err != nil {
 		return nil, err
 	}
@@ -75,10 +88,7 @@ func (s *Sessions) Read(ctx context.Context, sess *Session, path string) (*File,
 	if len(content) > MaxFileBytes {
 		return nil, ErrTooLarge
 	}
-	if bytes.IndexByte(content, 0) >= 0 {
-		return nil, ErrBinary
-	}
-	return &File{Path: path, Content: content, ETag: ETag(content)}, nil
+	return content, nil
 }
 
 // current is the file as the session sees it: its edit, else the base.
