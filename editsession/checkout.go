@@ -176,11 +176,14 @@ func (co *checkout) layer() error {
 // sparesAhead is how many helpers wait for a session's next commands: a
 // helper's start-up takes longer than a short command, so commands run
 // back to back would otherwise catch up with the one started for them.
-const sparesAhead = 2
+// Three, since a spare starts up at a low priority (on spare CPU only) and
+// then waits for the kernel to move it into its cgroups: two started for
+// commands 25 ms apart were often not ready yet on a busy 2-core host.
+const sparesAhead = 3
 
 // prepareSpares starts, in the background, sandbox helpers for the
-// checkout's next commands, up to sparesAhead.
-func (co *checkout) prepareSpares(box *sandbox.Sandbox, log *slog.Logger) {
+// checkout's next commands, run as uid, up to sparesAhead.
+func (co *checkout) prepareSpares(box *sandbox.Sandbox, uid uint32, log *slog.Logger) {
 	co.spareMu.Lock()
 	generation := co.generation
 	missing := max(sparesAhead-len(co.spares)-co.starting, 0)
@@ -188,7 +191,7 @@ func (co *checkout) prepareSpares(box *sandbox.Sandbox, log *slog.Logger) {
 	co.spareMu.Unlock()
 	for range missing {
 		go func() {
-			spare, err := box.Spare()
+			spare, err := box.Spare(uid)
 			co.spareMu.Lock()
 			co.starting--
 			// Not when the checkout was removed meanwhile: it saw old mounts.

@@ -174,7 +174,7 @@ func (r *Runtime) runInCheckout(ctx context.Context, sess *Session, uid uint32, 
 	// A helper started ahead runs this one, and the next ones' start up
 	// while this one runs.
 	spare := co.takeSpare()
-	co.prepareSpares(r.sb.Box, r.log)
+	co.prepareSpares(r.sb.Box, uid, r.log)
 	result, err := r.sb.Box.Run(ctx, sandbox.Spec{
 		UID: uid, GID: uid, Workspace: co.dir, Dir: dir, Home: co.home, Tmp: co.tmp,
 		Argv:    []string{"/bin/bash", "--noprofile", "--norc", "-c", command},

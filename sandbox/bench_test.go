@@ -67,7 +67,7 @@ func BenchmarkOneShotSpare(b *testing.B) {
 	lim := sandbox.Limits{Timeout: 120 * time.Second, MaxStream: 64 << 10, Tail: true, TimeoutExit: 124}
 	var spared time.Duration
 	for b.Loop() {
-		spare, err := sb.Spare()
+		spare, err := sb.Spare(s.uid)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -36,7 +36,9 @@
 // namespace, no_new_privs and capability sets are per thread, and a fork
 // copies the calling thread's) it:
 //
-//   - joins the uid's memory and pids cgroups when cgroups are usable;
+//   - joins the uid's memory and pids cgroups when cgroups are usable (a
+//     spare helper, started ahead for one uid, has joined them while it
+//     waited, at a low priority it leaves for its command);
 //   - sets RLIMIT_NPROC (per uid, and the uid is the session's alone) and
 //     RLIMIT_CORE 0;
 //   - builds the jail (jail_linux.go): a tmpfs root holding read-only

@@ -93,8 +93,14 @@ func enter(ch *os.File) (string, error) {
 		return stageSpec, errors.New("the init helper must start as root")
 	}
 	if len(os.Args) > 1 && os.Args[1] == spareArg {
+		if err := joinSpareGroups(ch, os.Args[2:]); err != nil {
+			return stageCgroup, err
+		}
 		if err := receiveStdio(ch); err != nil {
 			return stageSpec, err
+		}
+		if err := takeNormalPriority(); err != nil {
+			return stageLimits, err
 		}
 	}
 	var is initSpec

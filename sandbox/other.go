@@ -59,5 +59,5 @@ func ReadUpper(string) ([]UpperEntry, error)           { return nil, errUnsuppor
 // Spare is unavailable off Linux.
 type Spare struct{}
 
-func (s *Sandbox) Spare() (*Spare, error) { return nil, errUnsupported }
-func (sp *Spare) Close()                  {}
+func (s *Sandbox) Spare(uid uint32) (*Spare, error) { return nil, errUnsupported }
+func (sp *Spare) Close()                            {}

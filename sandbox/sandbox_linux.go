@@ -240,7 +240,8 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec, lim Limits) (*Result, erro
 	defer eg.end() // run returns once every process of the command is gone
 	is.JoinNetns = eg != nil
 	spare := spec.Spare.take()
-	if spare != nil && (spec.Stdin != nil || eg != nil || !spare.fresh()) {
+	// A spare is in its uid's cgroups: never another uid's command.
+	if spare != nil && (spec.Stdin != nil || eg != nil || !spare.fresh() || spare.uid != spec.UID) {
 		spare.end()
 		spare = nil
 	}
@@ -487,8 +488,9 @@ func startHelper(cmd *exec.Cmd) (*os.File, error) {
 	return ours, nil
 }
 
-// instruct sends a started helper is and waits for its word that the
-// command started, or its failure, which ends the helper.
+// instruct sends a started helper is, with the uid's cgroups to join,
+// and waits for its word that the command started, or its failure, which
+// ends the helper.
 func (s *Sandbox) instruct(cmd *exec.Cmd, ours *os.File, is *initSpec) (*helperConn, error) {
 	if s.cg != nil && !is.Probe {
 		s.groups.RLock()
@@ -502,6 +504,12 @@ func (s *Sandbox) instruct(cmd *exec.Cmd, ours *os.File, is *initSpec) (*helperC
 		}
 		is.Cgroups = procs
 	}
+	return s.instructJoined(cmd, ours, is)
+}
+
+// instructJoined is instruct for a helper already in the cgroups it needs
+// (a spare of the uid, or any helper when cgroups are not in use).
+func (s *Sandbox) instructJoined(cmd *exec.Cmd, ours *os.File, is *initSpec) (*helperConn, error) {
 	ours.SetDeadline(time.Now().Add(startWait))
 	conn := &helperConn{f: ours, dec: json.NewDecoder(ours)}
 	// Without the newline json.Encoder adds: the helper's decoder stops at

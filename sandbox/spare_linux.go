@@ -5,8 +5,10 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"time"
 
@@ -24,6 +26,13 @@ import (
 // checkout), not those made after. Its owner ends it when those change.
 // It holds nothing of any session until Run hands it a command, it runs
 // one command only, and it ends with the server (its socket closes).
+//
+// A spare is for one uid: it joins that uid's cgroups while it waits, so
+// the command does not pay for the move. A move between cgroups waits for
+// the kernel's RCU grace periods (milliseconds each, one per v1
+// hierarchy), the largest part of a jail's set-up otherwise. It is a
+// member of those groups from then on, so a KillAll of the uid ends it,
+// and it is never handed a command of another uid.
 
 // A spare helper waits this long for its command, then exits: the copy of
 // the server's mounts it holds keeps file systems of ended sessions (their
@@ -34,13 +43,18 @@ const (
 	spareFresh = 15 * time.Second
 )
 
-// errSpareGone: the spare helper was gone before it got a word of its
-// command; Run starts one afresh.
+// errSpareGone: the spare helper was gone, or never joined its uid's
+// cgroups, before it got a word of its command; Run starts one afresh.
 var errSpareGone = errors.New("sandbox: the spare helper is gone")
 
 // spareArg is a spare helper's argv[1]: its stdout and stderr come over
-// the socket, ahead of the instructions.
+// the socket, ahead of the instructions. The arguments after it are the
+// cgroup.procs files it joins before it says spareReady.
 const spareArg = "spare"
+
+// spareReady is the byte a spare helper sends once it is in its uid's
+// cgroups; anything else, or nothing, means it will not run a command.
+const spareReady = 'r'
 
 // Spare is a helper started ahead of one command; see Sandbox.Spare.
 type Spare struct {
@@ -53,21 +67,71 @@ type spareProc struct {
 	cmd     *exec.Cmd
 	ours    *os.File
 	started time.Time
+	uid     uint32 // whose cgroups it joins (when cgroups are in use)
 }
 
-// Spare starts a helper for a later command (Spec.Spare). The caller ends
-// it with Close unless Run takes it.
-func (s *Sandbox) Spare() (*Spare, error) {
+// Spare starts a helper for a later command of uid (Spec.Spare). The
+// caller ends it with Close unless Run takes it.
+func (s *Sandbox) Spare(uid uint32) (*Spare, error) {
 	if s.unavailable != nil {
 		return nil, s.unavailable
 	}
+	if !s.inRange(uid) {
+		return nil, fmt.Errorf("%w: uid %d is outside the sandbox's range", ErrBadSpec, uid)
+	}
 	cmd := s.helper()
 	cmd.Args = []string{initArg0, spareArg}
-	ours, err := startHelper(cmd)
+	if s.cg != nil {
+		procs, err := s.cg.ensure(uid)
+		if err != nil {
+			return nil, err
+		}
+		cmd.Args = append(cmd.Args, procs...)
+	}
+	ours, err := startNice(cmd)
 	if err != nil {
 		return nil, err
 	}
-	return &Spare{proc: &spareProc{cmd: cmd, ours: ours, started: time.Now()}}, nil
+	return &Spare{proc: &spareProc{cmd: cmd, ours: ours, started: time.Now(), uid: uid}}, nil
+}
+
+// spareNice is a waiting spare's priority. Its start-up costs tens of
+// milliseconds of CPU (the Go runtime and the package set-up of this
+// binary); at the normal priority it competes with the commands and
+// requests running meanwhile, on a small host enough to slow each one down
+// by more than a spare saves. It takes the normal priority back for its
+// command (takeNormalPriority).
+const spareNice = 19
+
+// startNice starts cmd, a helper, at spareNice. A new thread's and a new
+// process's nice value is their creator's, and the fork happens on the
+// calling thread: so the fork runs on a thread of its own, lowered first
+// and never handed back to the Go runtime (it ends with its goroutine).
+func startNice(cmd *exec.Cmd) (*os.File, error) {
+	type started struct {
+		ours *os.File
+		err  error
+	}
+	done := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread goes with the goroutine
+		if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), spareNice); err != nil {
+			done <- started{err: fmt.Errorf("sandbox: spare helper's priority: %w", err)}
+			return
+		}
+		ours, err := startHelper(cmd)
+		done <- started{ours, err}
+	}()
+	r := <-done
+	return r.ours, r.err
+}
+
+// takeNormalPriority is a spare's first step once it has a command: the
+// jail and the command run at the normal priority. Only this thread's
+// (the command is forked from it); the helper's other threads have
+// nothing left to do.
+func takeNormalPriority() error {
+	return unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 0)
 }
 
 // take hands the spare's helper to its one command; nil when there is
@@ -102,9 +166,17 @@ func (p *spareProc) end() {
 	p.cmd.Wait()
 }
 
-// handOver gives a spare helper its command's stdout and stderr, then its
-// instructions, and waits for the command to start.
+// handOver waits for a spare helper to be in its cgroups, gives it its
+// command's stdout and stderr, then its instructions, and waits for the
+// command to start.
 func (s *Sandbox) handOver(p *spareProc, is *initSpec, stdout, stderr *os.File) (*helperConn, error) {
+	ready := make([]byte, 1)
+	p.ours.SetReadDeadline(time.Now().Add(startWait))
+	if _, err := io.ReadFull(p.ours, ready); err != nil || ready[0] != spareReady {
+		p.end()
+		return nil, fmt.Errorf("%w: not ready: %v", errSpareGone, err)
+	}
+	p.ours.SetReadDeadline(time.Time{})
 	rights := unix.UnixRights(int(stdout.Fd()), int(stderr.Fd()))
 	raw, err := p.ours.SyscallConn()
 	if err != nil {
@@ -120,7 +192,7 @@ func (s *Sandbox) handOver(p *spareProc, is *initSpec, stdout, stderr *os.File) 
 		p.end()
 		return nil, fmt.Errorf("%w: %w", errSpareGone, err)
 	}
-	return s.instruct(p.cmd, p.ours, is)
+	return s.instructJoined(p.cmd, p.ours, is)
 }
 
 // receiveStdio is the spare helper's side of handOver: the command's
@@ -164,4 +236,18 @@ func receiveStdio(ch *os.File) error {
 		unix.Close(fd)
 	}
 	return nil
+}
+
+// joinSpareGroups is the spare helper's first step: it joins the cgroups
+// the server named (every process of the command then starts inside), and
+// says so.
+func joinSpareGroups(ch *os.File, procs []string) error {
+	for _, p := range procs {
+		// The pid is read in the writer's PID namespace: 1, the helper.
+		if err := writeCgroup(p, "1"); err != nil {
+			return err
+		}
+	}
+	_, err := ch.Write([]byte{spareReady})
+	return err
 }

@@ -27,7 +27,7 @@ func spareHelpers(t *testing.T) []string {
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		stat, err2 := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil || err2 != nil || string(cmdline) != "atelier-sandbox-init\x00spare\x00" {
+		if err != nil || err2 != nil || !strings.HasPrefix(string(cmdline), "atelier-sandbox-init\x00spare\x00") {
 			continue
 		}
 		// Ours: its parent is this process. A zombie does not count.
@@ -47,7 +47,7 @@ func spareHelpers(t *testing.T) []string {
 func TestSpareRunsOneCommandInTheSameJail(t *testing.T) {
 	sb := newSandbox(t, nil)
 	s := newSession(t, sb)
-	spare, err := sb.Spare()
+	spare, err := sb.Spare(s.uid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestSpareRunsOneCommandInTheSameJail(t *testing.T) {
 		t.Fatalf("a used spare again: %+v %v", res, err)
 	}
 
-	unused, err := sb.Spare()
+	unused, err := sb.Spare(s.uid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,13 +87,110 @@ func TestSpareRunsOneCommandInTheSameJail(t *testing.T) {
 	}
 }
 
+// niceOf is the nice value of pid's main thread.
+func niceOf(t *testing.T, pid string) int {
+	t.Helper()
+	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	n, err := strconv.Atoi(fields[16]) // field 19 of proc(5), counted after the name
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestSpareWaitsInItsUidsGroups: a spare joins its uid's cgroups while it
+// waits, at a low priority, so its command starts inside them without a
+// move, at the normal priority; a KillAll of
+// the uid ends it; and a spare of one session handed another session's
+// command (a mistake of the caller) is ended, the command running in its
+// own uid's groups, never the other session's.
+func TestSpareWaitsInItsUidsGroups(t *testing.T) {
+	sb := newSandbox(t, nil)
+	if sb.CgroupMode() == "" {
+		t.Skip("precondition: writable cgroups; without them a spare has no group to wait in")
+	}
+	a, b := newSession(t, sb), newSession(t, sb)
+	groupOf := func(uid uint32) string { return "/u" + strconv.FormatUint(uint64(uid), 10) + "\n" }
+	spare, err := sb.Spare(a.uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spare.Close()
+	pids := spareHelpers(t)
+	if len(pids) != 1 {
+		t.Fatalf("spare helpers %v, want one", pids)
+	}
+	if !eventually(10*time.Second, func() bool {
+		cg, _ := os.ReadFile(filepath.Join("/proc", pids[0], "cgroup"))
+		return strings.Contains(string(cg), groupOf(a.uid))
+	}) {
+		cg, _ := os.ReadFile(filepath.Join("/proc", pids[0], "cgroup"))
+		t.Fatalf("the waiting spare is not in uid %d's groups:\n%s", a.uid, cg)
+	}
+
+	spec := b.spec("cat /proc/self/cgroup")
+	spec.Spare = spare
+	res, err := sb.Run(context.Background(), spec, sandbox.Limits{Timeout: 30 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if out := string(res.Stdout); strings.Contains(out, groupOf(a.uid)) || !strings.Contains(out, groupOf(b.uid)) {
+		t.Fatalf("session %d's command through session %d's spare is in these groups:\n%s", b.uid, a.uid, out)
+	}
+	if got := spareHelpers(t); len(got) != 0 {
+		t.Fatalf("a spare handed another uid's command still runs: %v", got)
+	}
+
+	// Its own uid's command, at the normal priority though the spare
+	// waited at a low one.
+	spare, err = sb.Spare(a.uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spare.Close()
+	pids = spareHelpers(t)
+	if len(pids) != 1 {
+		t.Fatalf("spare helpers %v, want one", pids)
+	}
+	if n := niceOf(t, pids[0]); n <= 0 {
+		t.Errorf("a waiting spare's nice value is %d, want it lowered", n)
+	}
+	spec = a.spec("read -a f < /proc/self/stat; echo nice ${f[18]}; cat /proc/self/cgroup")
+	spec.Spare = spare
+	time.Sleep(200 * time.Millisecond) // in its groups by now, as between two commands
+	res, err = sb.Run(context.Background(), spec, sandbox.Limits{Timeout: 30 * time.Second})
+	if err != nil || res.ExitCode != 0 || !strings.Contains(string(res.Stdout), groupOf(a.uid)) {
+		t.Fatalf("its own uid's command: %+v %v", res, err)
+	}
+	if !strings.HasPrefix(string(res.Stdout), "nice 0\n") {
+		t.Errorf("the command through a spare runs at another priority than the normal one:\n%s", res.Stdout)
+	}
+
+	waiting, err := sb.Spare(a.uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiting.Close()
+	time.Sleep(200 * time.Millisecond)
+	if err := sb.KillAll(context.Background(), a.uid); err != nil {
+		t.Fatal(err)
+	}
+	if got := spareHelpers(t); len(got) != 0 {
+		t.Fatalf("a spare waiting in the groups of a killed uid still runs: %v", got)
+	}
+}
+
 // TestSpareIsNotForStdinOrAllow: a command with a stdin, or with the
 // network allowed, needs what a spare cannot have; Run ends the spare and
 // starts a helper afresh, and the command gets its stdin.
 func TestSpareIsNotForStdinOrAllow(t *testing.T) {
 	sb := newSandbox(t, nil)
 	s := newSession(t, sb)
-	spare, err := sb.Spare()
+	spare, err := sb.Spare(s.uid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +286,7 @@ func chownAll(dir string, uid uint32) error {
 func TestDeadSpareStartsAfresh(t *testing.T) {
 	sb := newSandbox(t, nil)
 	s := newSession(t, sb)
-	spare, err := sb.Spare()
+	spare, err := sb.Spare(s.uid)
 	if err != nil {
 		t.Fatal(err)
 	}
