@@ -2,7 +2,10 @@ package terminal
 
 import (
 	"io"
+	"os"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // maxHeld bounds how many inputs may wait for an earlier sequence number;
@@ -19,6 +22,10 @@ const writeChunk = 16 << 10
 // sequence number seen before is dropped, which makes retrying a request
 // safe. One writer goroutine drains the queue, and it alone blocks when the
 // shell does not read.
+//
+// A keystroke into an idle queue does not wait for that goroutine to wake:
+// add hands it to the PTY itself with one write that never blocks (try),
+// and leaves to the writer whatever that write did not take.
 type inputQueue struct {
 	mu     sync.Mutex
 	wake   sync.Cond // the writer waits here for input
@@ -28,10 +35,16 @@ type inputQueue struct {
 	queued int      // bytes in held and ready
 	limit  int
 	closed bool
+	// writing: a write of ready[0] is under way, by the writer or by add;
+	// there is never more than one, so the bytes keep their order.
+	writing bool
+	// try writes what it can of p without waiting and says how much; nil
+	// leaves every write to the writer.
+	try func(p []byte) int
 }
 
-func newInputQueue(limit int) *inputQueue {
-	q := &inputQueue{next: 1, held: make(map[uint64][]byte), limit: limit}
+func newInputQueue(limit int, try func(p []byte) int) *inputQueue {
+	q := &inputQueue{next: 1, held: make(map[uint64][]byte), limit: limit, try: try}
 	q.wake.L = &q.mu
 	return q
 }
@@ -45,25 +58,39 @@ func (q *inputQueue) add(seq uint64, data []byte) (int, error) {
 		return 0, ErrInputTooLarge
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	queued, wrote, err := q.enqueue(seq, data)
+	if wrote && q.try != nil && !q.writing && len(q.ready) > 0 {
+		// The writer is idle: give the PTY the input now.
+		q.writeFront(q.try)
+		queued = q.queued
+	}
+	if len(q.ready) > 0 && !q.writing {
+		q.wake.Signal()
+	}
+	q.mu.Unlock()
+	return queued, err
+}
+
+// enqueue is add under the lock; wrote says data joined the ready queue.
+func (q *inputQueue) enqueue(seq uint64, data []byte) (queued int, wrote bool, err error) {
 	switch {
 	case q.closed:
-		return q.queued, ErrClosed
+		return q.queued, false, ErrClosed
 	case seq < q.next:
-		return q.queued, nil // applied already: a retry
+		return q.queued, false, nil // applied already: a retry
 	case q.held[seq] != nil:
-		return q.queued, nil // waiting already: a retry
+		return q.queued, false, nil // waiting already: a retry
 	case q.queued+len(data) > q.limit:
-		return q.queued, ErrInputFull
+		return q.queued, false, ErrInputFull
 	case seq > q.next && len(q.held) >= maxHeld:
-		return q.queued, ErrInputFull
+		return q.queued, false, ErrInputFull
 	}
 	// A non-nil slice marks a held entry, even an empty one.
 	d := append(make([]byte, 0, len(data)), data...)
 	q.queued += len(d)
 	if seq > q.next {
 		q.held[seq] = d
-		return q.queued, nil
+		return q.queued, false, nil
 	}
 	q.push(d)
 	for {
@@ -74,8 +101,27 @@ func (q *inputQueue) add(seq uint64, data []byte) (int, error) {
 		delete(q.held, q.next)
 		q.push(d)
 	}
-	q.wake.Signal()
-	return q.queued, nil
+	return q.queued, true, nil
+}
+
+// writeFront writes the front of the ready queue with write, which runs
+// without the lock, and drops from the queue what it took. Called with the
+// lock held and no write under way.
+func (q *inputQueue) writeFront(write func([]byte) int) {
+	chunk := q.ready[0][:min(len(q.ready[0]), writeChunk)]
+	q.writing = true
+	q.mu.Unlock()
+	n := write(chunk)
+	q.mu.Lock()
+	q.writing = false
+	if q.closed {
+		return
+	}
+	q.queued -= n
+	if q.ready[0] = q.ready[0][n:]; len(q.ready[0]) == 0 {
+		q.ready[0] = nil
+		q.ready = q.ready[1:]
+	}
 }
 
 // push appends the input numbered q.next to the ready queue.
@@ -113,34 +159,46 @@ func (q *inputQueue) close() {
 // The front chunk leaves the queue only once written, so queued counts
 // the bytes the shell has not been given yet.
 func (q *inputQueue) writeTo(w io.Writer) {
+	var err error
+	write := func(p []byte) int {
+		var n int
+		n, err = w.Write(p)
+		return n
+	}
+	q.mu.Lock()
 	for {
-		q.mu.Lock()
-		for len(q.ready) == 0 && !q.closed {
+		for (len(q.ready) == 0 || q.writing) && !q.closed {
 			q.wake.Wait()
 		}
 		if q.closed {
 			q.mu.Unlock()
 			return
 		}
-		chunk := q.ready[0][:min(len(q.ready[0]), writeChunk)]
-		q.mu.Unlock()
-
-		n, err := w.Write(chunk)
-
-		q.mu.Lock()
-		if !q.closed {
-			q.queued -= n
-			if q.ready[0] = q.ready[0][n:]; len(q.ready[0]) == 0 {
-				q.ready[0] = nil
-				q.ready = q.ready[1:]
-			}
-		}
-		q.mu.Unlock()
+		q.writeFront(write)
 		if err != nil {
 			// The PTY is gone (the shell closed it, or Close did): input has
 			// nowhere to go any more.
+			q.mu.Unlock()
 			q.close()
 			return
 		}
+	}
+}
+
+// tryWrite is one write to f, a non-blocking file, that never waits for
+// room: it answers how much f took, 0 when it is full or gone (the writer
+// then meets the same and deals with it).
+func tryWrite(f *os.File) func(p []byte) int {
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return func(p []byte) int {
+		n := 0
+		_ = raw.Write(func(fd uintptr) bool {
+			n, _ = unix.Write(int(fd), p)
+			return true
+		})
+		return max(n, 0)
 	}
 }

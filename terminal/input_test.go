@@ -5,9 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -15,7 +20,7 @@ import (
 // TestInputQueueOrder checks the queue alone: out-of-order numbers wait
 // for the gap, repeats are dropped, and the limits hold.
 func TestInputQueueOrder(t *testing.T) {
-	q := newInputQueue(10)
+	q := newInputQueue(10, nil)
 	steps := []struct {
 		seq        uint64
 		data       string
@@ -56,7 +61,7 @@ func TestInputQueueOrder(t *testing.T) {
 	}
 
 	// Many inputs ahead of a gap are refused before they pile up.
-	q = newInputQueue(1 << 20)
+	q = newInputQueue(1<<20, nil)
 	for i := range maxHeld {
 		if _, err := q.add(uint64(i+2), []byte("x")); err != nil {
 			t.Fatal(err)
@@ -172,5 +177,68 @@ func TestInputFull(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close hangs with input stuck on the PTY")
+	}
+}
+
+// lockedBuffer is what the PTY received, written by the queue's writer and
+// by add's own attempts.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestInputQueueWritesAheadOfItsWriter: inputs arriving at once, out of
+// order, into a queue whose own attempts take at most a few bytes (a PTY
+// that is nearly full) reach the PTY whole and in sequence order, shared
+// between add's attempts and the writer.
+func TestInputQueueWritesAheadOfItsWriter(t *testing.T) {
+	var got lockedBuffer
+	var tries atomic.Int64
+	q := newInputQueue(1<<20, func(p []byte) int {
+		tries.Add(1)
+		time.Sleep(50 * time.Microsecond) // long enough for writes to meet
+		n, _ := got.Write(p[:min(len(p), 3)])
+		return n
+	})
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		q.writeTo(&got)
+	}()
+
+	const inputs = maxHeld - 1
+	var want strings.Builder
+	for i := 1; i <= inputs; i++ {
+		fmt.Fprintf(&want, "<%d>", i)
+	}
+	var adds sync.WaitGroup
+	for _, i := range rand.Perm(inputs) {
+		adds.Go(func() {
+			if _, err := q.add(uint64(i+1), fmt.Appendf(nil, "<%d>", i+1)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	adds.Wait()
+	waitFor(t, 5*time.Second, "the queue to drain", func() bool { return q.length() == 0 })
+	q.close()
+	<-written
+	if got.String() != want.String() {
+		t.Fatalf("the PTY got\n%s\nwant\n%s", got.String(), want.String())
+	}
+	if tries.Load() == 0 {
+		t.Fatal("no input was written ahead of the writer")
 	}
 }

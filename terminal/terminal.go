@@ -148,7 +148,7 @@ func open(account string, cfg Config, start Starter, opts Options) (*Terminal, e
 		master:     master,
 		proc:       p,
 		kill:       opts.Kill,
-		in:         newInputQueue(cfg.InputBytes),
+		in:         newInputQueue(cfg.InputBytes, tryWrite(master)),
 		out:        newRing(cfg.RingBytes),
 		viewers:    make(map[*viewer]struct{}),
 		cols:       cols,
