@@ -58,27 +58,44 @@ func (s *Store) ReserveSandbox(ctx context.Context, r *SandboxReservation, defau
 	case r.Instance == "" || len([]rune(r.Instance)) > 100:
 		return fmt.Errorf("%w: instance %q has 1 to 100 characters (sandbox_reservations_instance_length)", ErrInvalid, r.Instance)
 	}
-	err = s.Tx(ctx, func(tx *Store) error {
-		err := tx.db.Exec(`INSERT INTO usage_counters (project_id, month) VALUES (?, CAST(? AS date))
-			ON CONFLICT (project_id, month) DO NOTHING`, r.ProjectID, month).Error
-		if err != nil {
-			return err
+	// One statement, so one round trip on every command's way: the
+	// counter is made or updated under its row lock with the cap tested on
+	// the row as committed (as addReserved does), and the reservation is
+	// inserted only when the counter took the seconds.
+	res := s.db.WithContext(ctx).Raw(`WITH counter AS (
+			INSERT INTO usage_counters AS u (project_id, month, reserved_seconds)
+			SELECT p.id, CAST(? AS date), ? FROM projects AS p
+			WHERE p.id = ? AND ? <= COALESCE(p.sandbox_monthly_seconds, ?)
+			ON CONFLICT (project_id, month) DO UPDATE SET reserved_seconds = u.reserved_seconds + EXCLUDED.reserved_seconds
+			WHERE u.used_seconds + u.reserved_seconds + EXCLUDED.reserved_seconds <=
+				(SELECT COALESCE(p.sandbox_monthly_seconds, ?) FROM projects AS p WHERE p.id = u.project_id)
+			RETURNING u.project_id
+		)
+		INSERT INTO sandbox_reservations (project_id, month, seconds, started_at, instance)
+		SELECT project_id, CAST(? AS date), ?, ?, ? FROM counter
+		RETURNING id`,
+		month, r.Seconds, r.ProjectID, r.Seconds, defaultCap, defaultCap,
+		month, r.Seconds, r.StartedAt, r.Instance).Scan(&r.ID)
+	err = res.Error
+	if err == nil && res.RowsAffected == 0 {
+		// Nothing taken: past the cap, or no such project.
+		err = ErrOverCap
+		var projects int64
+		if cerr := s.db.WithContext(ctx).Raw(`SELECT count(*) FROM projects WHERE id = ?`, r.ProjectID).Scan(&projects).Error; cerr != nil {
+			err = cerr
+		} else if projects == 0 {
+			err = ErrNotFound
 		}
-		if err := tx.addReserved(r.ProjectID, month, r.Seconds, defaultCap); err != nil {
-			return err
-		}
-		return tx.db.Raw(`INSERT INTO sandbox_reservations (project_id, month, seconds, started_at, instance)
-			VALUES (?, CAST(? AS date), ?, ?, ?) RETURNING id`,
-			r.ProjectID, month, r.Seconds, r.StartedAt, r.Instance).Scan(&r.ID).Error
-	})
+	}
 	if err != nil {
 		return fmt.Errorf("models: reserve sandbox for project %d: %w", r.ProjectID, translateUsage(err))
 	}
 	return nil
 }
 
-// addReserved is the one place a cap is enforced. The test and the increment
-// are a single UPDATE: PostgreSQL holds the counter's row lock from it until
+// addReserved is how a renewal enforces the cap (a first reservation does
+// the same in ReserveSandbox's upsert). The test and the increment are a
+// single UPDATE: PostgreSQL holds the counter's row lock from it until
 // the transaction ends, and a concurrent UPDATE that waited for that lock
 // evaluates its WHERE again on the row as committed, so no interleaving of
 // reservations can pass the cap.
