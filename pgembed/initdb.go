@@ -81,12 +81,16 @@ func (s *starter) initdb(ctx context.Context, dir, locale string) (string, error
 	cmd.Env = childEnv(s.binDir)
 	cmd.Stdout = &out
 	cmd.Stderr = &out
-	cmd.SysProcAttr = s.procAttr(syscall.SIGKILL)
+	cmd.SysProcAttr = s.procAttr()
 	// initdb runs postgres in bootstrap mode as its child; a cancelled
 	// start must take both down.
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	err := cmd.Run()
+	done := make(chan error, 1)
+	err := s.start(cmd, syscall.SIGKILL, func(err error) { done <- err })
+	if err == nil {
+		err = <-done
+	}
 	if ctxErr := ctx.Err(); err != nil && ctxErr != nil {
 		err = errors.Join(ctxErr, err)
 	}

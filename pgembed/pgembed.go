@@ -20,6 +20,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -29,6 +30,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"atelier/internal/tied"
 )
 
 const (
@@ -67,9 +70,7 @@ type Config struct {
 	// on an operating system crash.
 	NoSync bool
 	// DieWithParent is for tests: the postmaster gets SIGQUIT when the
-	// process that started it dies, even by SIGKILL. Linux ties this to the
-	// starting OS thread, which Go keeps alive unless the starting goroutine
-	// locked it with runtime.LockOSThread.
+	// process that started it dies, even by SIGKILL (see internal/tied).
 	DieWithParent bool
 }
 
@@ -105,15 +106,25 @@ func (s *starter) dataDir() string { return filepath.Join(s.dir, dataName) }
 // procAttr puts initdb and postgres in a process group of their own, so a
 // Ctrl-C in the terminal reaches only us and we stop the cluster after the
 // server has closed its pool, and runs them as the cluster user.
-func (s *starter) procAttr(deathSig syscall.Signal) *syscall.SysProcAttr {
+func (s *starter) procAttr() *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	if s.acct != nil {
 		attr.Credential = s.acct.credential()
 	}
-	if s.cfg.DieWithParent {
-		attr.Pdeathsig = deathSig
-	}
 	return attr
+}
+
+// start starts cmd and calls exited with its end. With DieWithParent, sig
+// is its parent-death signal, tied to a thread kept for it.
+func (s *starter) start(cmd *exec.Cmd, sig syscall.Signal, exited func(error)) error {
+	if s.cfg.DieWithParent {
+		return tied.Start(cmd, sig, exited)
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go func() { exited(cmd.Wait()) }()
+	return nil
 }
 
 // Start makes sure a PostgreSQL cluster runs on cfg.Dir and returns it. It

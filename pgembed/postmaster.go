@@ -65,23 +65,16 @@ func (s *starter) launch(ctx context.Context) (*Cluster, error) {
 	cmd.Env = childEnv(s.binDir)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	cmd.SysProcAttr = s.procAttr(syscall.SIGQUIT)
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = s.procAttr()
+	c := &Cluster{dir: s.dir, owned: true, log: s.log, exited: make(chan struct{})}
+	exited := func(err error) {
+		c.waitErr = err
+		close(c.exited)
+	}
+	if err := s.start(cmd, syscall.SIGQUIT, exited); err != nil {
 		return nil, fmt.Errorf("pgembed: start postgres: %w", err)
 	}
-
-	c := &Cluster{
-		dir:    s.dir,
-		owned:  true,
-		pid:    cmd.Process.Pid,
-		log:    s.log,
-		proc:   cmd.Process,
-		exited: make(chan struct{}),
-	}
-	go func() {
-		c.waitErr = cmd.Wait()
-		close(c.exited)
-	}()
+	c.pid, c.proc = cmd.Process.Pid, cmd.Process
 	s.log.Info("pgembed: starting PostgreSQL", "pid", c.pid, "dir", s.dir, "bindir", s.binDir, "log", logPath)
 
 	running := func() bool {

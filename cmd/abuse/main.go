@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"atelier/internal/liveserver"
+	"atelier/internal/tied"
 	"atelier/pgembed"
 	"atelier/storage/miniotest"
 )
@@ -255,12 +256,10 @@ func (s *server) launch() error {
 	cmd.Env = s.env
 	cmd.Stdout, cmd.Stderr = s.logw, s.logw
 	// The server dies with the suite, even when the suite is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	exited := make(chan struct{})
+	if err := tied.Start(cmd, syscall.SIGKILL, func(error) { close(exited) }); err != nil {
 		return err
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	s.cmd, s.exited = cmd, exited
 	s.pid.Store(int64(cmd.Process.Pid))
 	deadline := time.Now().Add(3 * time.Minute)

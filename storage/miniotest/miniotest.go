@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"atelier/internal/tied"
 	"atelier/storage"
 )
 
@@ -154,17 +155,13 @@ func (s *Server) run() error {
 	s.cmd.Stdout = s.out
 	s.cmd.Stderr = s.out
 	// The server dies with the test binary, even when a timeout kills it.
-	// Linux ties this to the starting OS thread, which Go keeps alive unless
-	// the starting goroutine locked it with runtime.LockOSThread.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	exited := s.exited
+	if err := tied.Start(s.cmd, syscall.SIGKILL, func(err error) {
+		s.err = err
+		close(exited)
+	}); err != nil {
 		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
-	exited, cmd := s.exited, s.cmd
-	go func() {
-		s.err = cmd.Wait()
-		close(exited)
-	}()
 	if err := s.waitReady(); err != nil {
 		_ = s.Stop()
 		return fmt.Errorf("%w\nserver output:\n%s", err, s.out.String())
