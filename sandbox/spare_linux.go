@@ -103,27 +103,28 @@ func (s *Sandbox) Spare(uid uint32) (*Spare, error) {
 // command (takeNormalPriority).
 const spareNice = 19
 
-// startNice starts cmd, a helper, at spareNice. A new thread's and a new
-// process's nice value is their creator's, and the fork happens on the
-// calling thread: so the fork runs on a thread of its own, lowered first
-// and never handed back to the Go runtime (it ends with its goroutine).
+// startNice starts cmd, a helper, at spareNice. A new process's nice value
+// is that of the thread that forks it, so the fork runs on a thread held
+// for it, lowered for the fork and raised back after. The thread is then
+// handed back: a thread that ended with its goroutine would take with it
+// the children whose parent-death signal is tied to it (internal/tied).
 func startNice(cmd *exec.Cmd) (*os.File, error) {
-	type started struct {
-		ours *os.File
-		err  error
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := unix.Gettid()
+	// The kernel answers 20 - nice.
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: spare helper's priority: %w", err)
 	}
-	done := make(chan started, 1)
-	go func() {
-		runtime.LockOSThread() // not unlocked: the thread goes with the goroutine
-		if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), spareNice); err != nil {
-			done <- started{err: fmt.Errorf("sandbox: spare helper's priority: %w", err)}
-			return
-		}
-		ours, err := startHelper(cmd)
-		done <- started{ours, err}
-	}()
-	r := <-done
-	return r.ours, r.err
+	if err := unix.Setpriority(unix.PRIO_PROCESS, tid, spareNice); err != nil {
+		return nil, fmt.Errorf("sandbox: spare helper's priority: %w", err)
+	}
+	ours, err := startHelper(cmd)
+	// Root may raise a priority again; were it refused, the thread would
+	// only run slower, which is no reason to fail the spare.
+	_ = unix.Setpriority(unix.PRIO_PROCESS, tid, 20-prio)
+	return ours, err
 }
 
 // takeNormalPriority is a spare's first step once it has a command: the

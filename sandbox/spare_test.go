@@ -313,3 +313,51 @@ func TestDeadSpareStartsAfresh(t *testing.T) {
 		t.Fatalf("after the spare died: %+v %v", res, err)
 	}
 }
+
+// serverThreads maps each thread of this process to its nice value.
+func serverThreads(t *testing.T) map[string]string {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nice := map[string]string{}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(filepath.Join("/proc/self/task", task.Name(), "stat"))
+		if err != nil {
+			continue // ended meanwhile
+		}
+		// After the name: state is field 3, nice field 19.
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		nice[task.Name()] = fields[16]
+	}
+	return nice
+}
+
+// TestSparesLeaveTheServersThreadsAlone: starting spare helpers lowers the
+// priority of no thread of the server for good, and ends none of its
+// threads (a child whose parent-death signal is tied to a thread would die
+// with it).
+func TestSparesLeaveTheServersThreadsAlone(t *testing.T) {
+	sb := newSandbox(t, nil)
+	s := newSession(t, sb)
+	before := serverThreads(t)
+	for range 8 {
+		spare, err := sb.Spare(s.uid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spare.Close()
+	}
+	after := serverThreads(t)
+	for tid := range before {
+		if _, ok := after[tid]; !ok {
+			t.Errorf("thread %s ended while spares started", tid)
+		}
+	}
+	for tid, nice := range after {
+		if nice != "0" {
+			t.Errorf("thread %s is left at nice %s", tid, nice)
+		}
+	}
+}
