@@ -263,7 +263,7 @@ func (s *Sessions) Get(ctx context.Context, acc *projects.Access, id string, tou
 		}
 		return nil, &GoneError{Reason: reason}
 	}
-	if touch {
+	if touch && now.Sub(cs.LastSeenAt) >= touchEvery {
 		if err := s.db.TouchSession(ctx, cs.ID, now); err != nil {
 			return nil, err
 		}
@@ -271,6 +271,12 @@ func (s *Sessions) Get(ctx context.Context, acc *projects.Access, id string, tou
 	}
 	return s.session(cs, acc.Project)
 }
+
+// touchEvery is how stale a session's last activity may be before a
+// request writes it again. The idle deadline counts in minutes, so
+// back-to-back requests (a command after a save, a burst of saves) need not
+// each cost a write.
+const touchEvery = time.Second
 
 // session is the open row cs of project p with its fork and deadlines.
 func (s *Sessions) session(cs *models.CodeSession, p *models.Project) (*Session, error) {
