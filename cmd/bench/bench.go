@@ -545,14 +545,10 @@ type commandRound struct {
 }
 
 // commands measures imports, the first command's checkout and one-shot
-// commands on a small and a large project. Each round imports the large
-// tree into a new project, so its import and first command are fresh.
+// commands on a small and a large project. Each round imports a large tree
+// of its own into a new project, so its import and first command are fresh.
 func (b *bench) commands() ([]row, error) {
-	small, err := makeTree(b.sz.smallFiles)
-	if err != nil {
-		return nil, err
-	}
-	large, err := makeTree(b.sz.largeFiles)
+	small, err := makeTree(b.sz.smallFiles, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -565,8 +561,14 @@ func (b *bench) commands() ([]row, error) {
 	}
 
 	var rounds []commandRound
+	var large *tree
 	for i := range b.sz.rounds {
 		var r commandRound
+		// A tree of its own each round: the object store keeps what an
+		// earlier round's import stored.
+		if large, err = makeTree(b.sz.largeFiles, i+1); err != nil {
+			return nil, err
+		}
 		b.logf("round %d of %d: one-shot commands on %d files", i+1, b.sz.rounds, b.sz.smallFiles)
 		_, smallRuns, err := b.oneShots(smallBase, b.sz.runs)
 		if err != nil {

@@ -17,7 +17,10 @@ type tree struct {
 	archive []byte
 }
 
-func makeTree(n int) (*tree, error) {
+// makeTree makes a tree of n files. Trees of different variants share no
+// file content, so importing one after another stores every object again,
+// as a new project's import does, rather than finding them stored already.
+func makeTree(n, variant int) (*tree, error) {
 	t := &tree{files: make(map[string][]byte, n)}
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
@@ -25,7 +28,7 @@ func makeTree(n int) (*tree, error) {
 	for i := range n {
 		name := fmt.Sprintf("pkg%03d/file%03d.go", i/100, i%100)
 		var body strings.Builder
-		fmt.Fprintf(&body, "package pkg%03d\n\n", i/100)
+		fmt.Fprintf(&body, "// Variant %d of the bench's tree.\npackage pkg%03d\n\n", variant, i/100)
 		for f := range 40 {
 			fmt.Fprintf(&body, "// F%d_%d returns a number only this file has.\nfunc F%d_%d() int { return %d }\n\n", i, f, i, f, i*40+f)
 		}
