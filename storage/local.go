@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Local keeps objects as files under a folder, by default <data>/objects.
@@ -107,19 +109,48 @@ func (l *Local) Stat(ctx context.Context, key string) (int64, error) {
 
 // Put writes the object to a temporary file and renames it into place.
 func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	return l.putKey(ctx, key, r, size, true)
+}
+
+// PutBatched is Put without its two disk flushes: the object is whole or
+// absent to every reader, and durable once Sync returns.
+func (l *Local) PutBatched(ctx context.Context, key string, r io.Reader, size int64) error {
+	return l.putKey(ctx, key, r, size, false)
+}
+
+// Sync makes every object written so far durable: one flush of the file
+// system that holds the store, instead of one per file and folder.
+func (l *Local) Sync(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("storage: sync: %w", err)
+	}
+	d, err := os.Open(l.dir)
+	if err != nil {
+		return fmt.Errorf("storage: sync: %w", err)
+	}
+	defer d.Close()
+	if err := unix.Syncfs(int(d.Fd())); err != nil {
+		return fmt.Errorf("storage: sync %s: %w", l.dir, err)
+	}
+	return nil
+}
+
+func (l *Local) putKey(ctx context.Context, key string, r io.Reader, size int64, durable bool) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
 	if err := checkPut(ctx, size); err != nil {
 		return fmt.Errorf("storage: put %s: %w", key, err)
 	}
-	if err := l.put(ctx, l.path(key), r, size); err != nil {
+	if err := l.put(ctx, l.path(key), r, size, durable); err != nil {
 		return fmt.Errorf("storage: put %s: %w", key, err)
 	}
 	return nil
 }
 
-func (l *Local) put(ctx context.Context, path string, r io.Reader, size int64) (err error) {
+// put writes path through a temporary file; durable syncs the file before
+// the rename and the folder after it.
+func (l *Local) put(ctx context.Context, path string, r io.Reader, size int64, durable bool) (err error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -137,14 +168,19 @@ func (l *Local) put(ctx context.Context, path string, r io.Reader, size int64) (
 	if _, err := io.Copy(f, newExactReader(ctx, r, size)); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		return err
+	if durable {
+		if err := f.Sync(); err != nil {
+			return err
+		}
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
 		return err
+	}
+	if !durable {
+		return nil
 	}
 	// The rename is durable only once the folder that holds it is synced.
 	return syncDir(dir)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -160,5 +161,32 @@ func TestNewLocal(t *testing.T) {
 	t.Chdir(t.TempDir())
 	if _, err := l.Stat(ctx, "a"); err != nil {
 		t.Errorf("after chdir: %v", err)
+	}
+}
+
+// batched is a Local whose every Put is batched.
+type batched struct{ *storage.Local }
+
+func (b batched) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	return b.PutBatched(ctx, key, r, size)
+}
+
+// PutBatched keeps every promise of Put to readers (whole or absent, exact
+// sizes, nothing left of a failed one): the store's whole suite passes with
+// every Put batched, and the Sync at the end succeeds.
+func TestLocalBatched(t *testing.T) {
+	storagetest.Run(t, func(t *testing.T) storage.ObjectStore {
+		l := newLocal(t, t.TempDir())
+		t.Cleanup(func() {
+			if err := l.Sync(context.Background()); err != nil {
+				t.Errorf("sync: %v", err)
+			}
+		})
+		return batched{l}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := newLocal(t, t.TempDir()).Sync(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sync after the request went away: %v", err)
 	}
 }

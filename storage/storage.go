@@ -31,9 +31,22 @@ type ObjectStore interface {
 	Delete(ctx context.Context, key string) error
 }
 
+// Batcher is an ObjectStore whose writes can be made durable together.
+// PutBatched stores like Put, and the object reads back like any, but it
+// may not survive a crash of the machine until the next Sync has returned:
+// a caller records that an object is stored only after that. Syncing each
+// object's file and folder on its own costs two disk flushes per object;
+// a publish of thousands of small files spends most of its time there. A
+// store whose every Put is durable when it returns (S3) has no need of it.
+type Batcher interface {
+	PutBatched(ctx context.Context, key string, r io.Reader, size int64) error
+	Sync(ctx context.Context) error
+}
+
 var (
 	_ ObjectStore = (*Local)(nil)
 	_ ObjectStore = (*S3)(nil)
+	_ Batcher     = (*Local)(nil)
 )
 
 var (

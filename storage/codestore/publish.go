@@ -326,7 +326,12 @@ func (u *uploader) put(key string, size int64, open func(context.Context) io.Rea
 	go func() {
 		defer func() { <-u.slots; u.wg.Done() }()
 		rc := open(u.ctx)
-		err := u.objects.Put(u.ctx, key, rc, size)
+		var err error
+		if b, ok := u.objects.(storage.Batcher); ok {
+			err = b.PutBatched(u.ctx, key, rc, size) // durable by record below
+		} else {
+			err = u.objects.Put(u.ctx, key, rc, size)
+		}
 		rc.Close()
 		if err != nil {
 			u.fail(fmt.Errorf("codestore: store %s: %w", key, err))
@@ -340,12 +345,26 @@ func (u *uploader) put(key string, size int64, open func(context.Context) io.Rea
 		}
 		u.mu.Unlock()
 		if flush != nil {
-			if err := u.db.AddStoredObjects(u.ctx, flush); err != nil {
+			if err := u.record(u.ctx, flush); err != nil {
 				u.fail(err)
 			}
 		}
 	}()
 	return true
+}
+
+// record adds stored objects to the index once they are durable: an object
+// the index names is never lost to a crash.
+func (u *uploader) record(ctx context.Context, stored []models.StoredObject) error {
+	if len(stored) == 0 {
+		return nil
+	}
+	if b, ok := u.objects.(storage.Batcher); ok {
+		if err := b.Sync(ctx); err != nil {
+			return fmt.Errorf("codestore: %w", err)
+		}
+	}
+	return u.db.AddStoredObjects(ctx, stored)
 }
 
 func (u *uploader) fail(err error) {
@@ -366,7 +385,7 @@ func (u *uploader) failed() bool {
 // the first failure.
 func (u *uploader) wait() error {
 	u.wg.Wait()
-	if err := u.db.AddStoredObjects(context.WithoutCancel(u.ctx), u.stored); err != nil && u.err == nil {
+	if err := u.record(context.WithoutCancel(u.ctx), u.stored); err != nil && u.err == nil {
 		u.err = err
 	}
 	u.stored = nil
