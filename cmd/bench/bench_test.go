@@ -42,13 +42,18 @@ func TestShortBench(t *testing.T) {
 	for _, measure := range []string{"keystroke round trip", "terminal throughput"} {
 		checkTTYDShare(t, measure, rowOf(table, measure))
 	}
-	// The keystroke row says where a key's time goes.
-	keys := rowOf(table, "keystroke round trip")
-	for _, want := range []*regexp.Regexp{httpFloor, handlersTake} {
-		if m := want.FindStringSubmatch(keys); m == nil {
-			t.Errorf("the keystroke row has no %s:\n%s", want, keys)
-		} else if v, _ := strconv.ParseFloat(m[1], 64); v <= 0 {
-			t.Errorf("the keystroke row's %s is not a measurement:\n%s", want, keys)
+	// The keystroke and command rows say where the time goes.
+	for measure, wants := range map[string][]*regexp.Regexp{
+		"keystroke round trip":     {httpFloor, handlersTake},
+		"one-shot `true`, 10-file": {handlerTakes, sandboxRun},
+	} {
+		line := rowOf(table, measure)
+		for _, want := range wants {
+			if m := want.FindStringSubmatch(line); m == nil {
+				t.Errorf("the row %q has no %s:\n%s", measure, want, line)
+			} else if v, _ := strconv.ParseFloat(m[1], 64); v <= 0 {
+				t.Errorf("the row %q's %s is not a measurement:\n%s", measure, want, line)
+			}
 		}
 	}
 }
@@ -56,6 +61,8 @@ func TestShortBench(t *testing.T) {
 var (
 	httpFloor       = regexp.MustCompile(`HTTP floor \([^)]+\) (\d+\.\d+) ms`)
 	handlersTake    = regexp.MustCompile(`handlers take (\d+\.\d+) ms`)
+	handlerTakes    = regexp.MustCompile(`handler takes (\d+(?:\.\d+)?) ms`)
+	sandboxRun      = regexp.MustCompile(`sandbox's run (\d+(?:\.\d+)?) ms`)
 	ttydMeasured    = regexp.MustCompile(`ttyd (\d+\.\d+) (ms|MB/s)`)
 	ttydNotMeasured = regexp.MustCompile(`ttyd: not measured \([^)]+\)`)
 )

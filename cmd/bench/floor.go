@@ -104,48 +104,58 @@ func (f *floorServer) roundTrips(n int) ([]time.Duration, error) {
 	return lat, nil
 }
 
-// inputMetric is the name under which the server's request metrics count
-// a terminal's input requests.
-const inputMetric = `atelier_http_request_duration_seconds_%s{code="200",method="POST",route="/projects/:id/sessions/:sid/terminals/:tid/input"}`
+// Series of the server's metrics the bench reads to say where the time of
+// a keystroke or a command goes: the time its handlers took and how many
+// requests, and the time the sandbox took to run the commands.
+const (
+	inputSeconds    = `atelier_http_request_duration_seconds_sum{code="200",method="POST",route="/projects/:id/sessions/:sid/terminals/:tid/input"}`
+	inputRequests   = `atelier_http_request_duration_seconds_count{code="200",method="POST",route="/projects/:id/sessions/:sid/terminals/:tid/input"}`
+	commandSeconds  = `atelier_http_request_duration_seconds_sum{code="200",method="POST",route="/projects/:id/sessions/:sid/commands"}`
+	commandRequests = `atelier_http_request_duration_seconds_count{code="200",method="POST",route="/projects/:id/sessions/:sid/commands"}`
+	sandboxSeconds  = `atelier_command_duration_seconds_sum`
+	sandboxRuns     = `atelier_command_duration_seconds_count`
+)
 
-// handlerTime reads from the server's own metrics the total time its
-// handlers spent on terminal input and how many requests that was; the
-// difference over a run of keystrokes is Atelier's share of them.
-func (b *bench) handlerTime() (sum float64, count int64, err error) {
+// metrics reads the named series from the server's /metrics; a series the
+// server has not started yet reads as 0.
+func (b *bench) metrics(series ...string) ([]float64, error) {
 	req, _ := http.NewRequest(http.MethodGet, b.srv.Base+"/metrics", nil)
 	resp, err := b.c.Do(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("bench: metrics: %w", err)
+		return nil, fmt.Errorf("bench: metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("bench: metrics: status %d", resp.StatusCode)
+		return nil, fmt.Errorf("bench: metrics: status %d", resp.StatusCode)
 	}
-	sumName, countName := fmt.Sprintf(inputMetric, "sum")+" ", fmt.Sprintf(inputMetric, "count")+" "
-	found := 0
+	values := make([]float64, len(series))
 	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		line := sc.Bytes()
-		switch {
-		case bytes.HasPrefix(line, []byte(sumName)):
-			sum, err = strconv.ParseFloat(string(line[len(sumName):]), 64)
-			found++
-		case bytes.HasPrefix(line, []byte(countName)):
-			count, err = strconv.ParseInt(string(line[len(countName):]), 10, 64)
-			found++
+		name, value, ok := bytes.Cut(sc.Bytes(), []byte(" "))
+		if !ok {
+			continue
 		}
-		if err != nil {
-			return 0, 0, fmt.Errorf("bench: metrics: %q: %w", line, err)
+		for i, s := range series {
+			if string(name) == s {
+				if values[i], err = strconv.ParseFloat(string(value), 64); err != nil {
+					return nil, fmt.Errorf("bench: metrics: %s: %w", s, err)
+				}
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, 0, fmt.Errorf("bench: metrics: %w", err)
+		return nil, fmt.Errorf("bench: metrics: %w", err)
 	}
-	if found == 0 {
-		return 0, 0, nil // no input request yet
+	return values, nil
+}
+
+// spent is what the server's metrics say happened between two readings of
+// a sum and its count: the mean per event, and how many events.
+func spent(before, after []float64, sum, count int) (mean float64, events int, err error) {
+	n := after[count] - before[count]
+	if n <= 0 {
+		return 0, 0, errors.New("bench: the server's metrics counted none of the requests")
 	}
-	if found != 2 {
-		return 0, 0, errors.New("bench: metrics: the input route's sum or count is missing")
-	}
-	return sum, count, nil
+	return (after[sum] - before[sum]) / n, int(n), nil
 }
