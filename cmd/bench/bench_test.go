@@ -46,6 +46,8 @@ func TestShortBench(t *testing.T) {
 	for measure, wants := range map[string][]*regexp.Regexp{
 		"keystroke round trip":     {httpFloor, handlersTake},
 		"one-shot `true`, 10-file": {handlerTakes, sandboxRun},
+		"first command's checkout": {exportTakes},
+		"import":                   {writingTakes, publishingTakes},
 	} {
 		line := rowOf(table, measure)
 		for _, want := range wants {
@@ -63,6 +65,9 @@ var (
 	handlersTake    = regexp.MustCompile(`handlers take (\d+\.\d+) ms`)
 	handlerTakes    = regexp.MustCompile(`handler takes (\d+(?:\.\d+)?) ms`)
 	sandboxRun      = regexp.MustCompile(`sandbox's run (\d+(?:\.\d+)?) ms`)
+	exportTakes     = regexp.MustCompile("`git archive` into `tar -x` alone takes (\\d+(?:\\.\\d+)?) ms")
+	writingTakes    = regexp.MustCompile(`writing the files into git (\d+(?:\.\d+)?) ms`)
+	publishingTakes = regexp.MustCompile(`publishing them to the object store (\d+(?:\.\d+)?) ms`)
 	ttydMeasured    = regexp.MustCompile(`ttyd (\d+\.\d+) (ms|MB/s)`)
 	ttydNotMeasured = regexp.MustCompile(`ttyd: not measured \([^)]+\)`)
 )

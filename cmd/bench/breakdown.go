@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"os/exec"
@@ -158,4 +160,57 @@ func spent(before, after []float64, sum, count int) (mean float64, events int, e
 		return 0, 0, errors.New("bench: the server's metrics counted none of the requests")
 	}
 	return (after[sum] - before[sum]) / n, int(n), nil
+}
+
+// importWatched imports archive into project id as the import form does,
+// reading the progress stream, and answers how long each phase took.
+func (b *bench) importWatched(id int64, filename string, archive []byte) (map[string]time.Duration, error) {
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	fw, err := mw.CreateFormFile("archive", filename)
+	if err == nil {
+		_, err = fw.Write(archive)
+	}
+	if err == nil {
+		err = mw.Close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/projects/%d/import", b.srv.Base, id), &body)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("X-CSRF-Token", b.c.CSRF)
+	req.Header.Set("Accept", "application/x-ndjson")
+	resp, err := b.c.HC.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("bench: import: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("bench: import: status %d", resp.StatusCode)
+	}
+	phases := map[string]time.Duration{}
+	phase, since := "", time.Now()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var line struct {
+			Progress *struct{ Phase string }
+			Done     json.RawMessage
+			Error    string
+		}
+		if err := dec.Decode(&line); err != nil {
+			return nil, fmt.Errorf("bench: import: the progress stream ended early: %w", err)
+		}
+		now := time.Now()
+		switch {
+		case line.Error != "":
+			return nil, fmt.Errorf("bench: import: %s", line.Error)
+		case line.Progress != nil && line.Progress.Phase != phase:
+			phases[phase] += now.Sub(since)
+			phase, since = line.Progress.Phase, now
+		case line.Done != nil:
+			phases[phase] += now.Sub(since)
+			return phases, nil
+		}
+	}
 }
