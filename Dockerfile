@@ -16,8 +16,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/atelier /usr/local/bin/atelier
 WORKDIR /srv/atelier
+# ATELIER_IN_CONTAINER: this is Atelier's container, which sees only what
+# compose.yaml mounts, and the hints for a Local folder say how to mount it.
 ENV ATELIER_ADDR=0.0.0.0:8080 \
-    ATELIER_DATA=/var/lib/atelier
+    ATELIER_DATA=/var/lib/atelier \
+    ATELIER_IN_CONTAINER=true
 VOLUME /var/lib/atelier
 EXPOSE 8080
 CMD ["atelier"]

@@ -1,5 +1,5 @@
 // Atelier is a browser IDE backend. `go run .` serves it; the subcommands
-// migrate the schema and add users from a shell.
+// migrate the schema, add users and reset their passwords from a shell.
 package main
 
 import (
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"atelier/auth"
+	"atelier/events"
 	"atelier/migrations"
 	"atelier/models"
 	"atelier/sandbox"
@@ -29,7 +30,10 @@ const usage = `usage:
   atelier migrate               apply pending schema migrations
   atelier migrate force N       record version N as applied after a by-hand repair
   atelier user add NAME [--admin]
-                                add a user; the password is read from stdin`
+                                add a user; the password is read from stdin
+  atelier user reset-password NAME
+                                set a user's password, read from stdin, and
+                                end their sign-ins (also a lost admin's way back)`
 
 func main() {
 	// A sandboxed command starts as a copy of this binary that prepares
@@ -57,6 +61,8 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		return migrate(ctx, cfg, log, args[1:])
 	case len(args) >= 3 && args[0] == "user" && args[1] == "add":
 		return addUser(ctx, cfg, log, args[2:], os.Stdin)
+	case len(args) == 3 && args[0] == "user" && args[1] == "reset-password":
+		return resetPassword(ctx, cfg, log, args[2], os.Stdin)
 	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
 		fmt.Println(usage)
 		return nil
@@ -111,11 +117,57 @@ func addUser(ctx context.Context, cfg server.Config, log *slog.Logger, args []st
 		}
 		admin = true
 	}
+	password, err := readPassword(stdin)
+	if err != nil {
+		return fmt.Errorf("user add: %w", err)
+	}
+	return withAuth(ctx, cfg, log, func(svc *auth.Service, _ *auth.People) error {
+		u, err := svc.CreateUser(ctx, name, password, admin)
+		if err != nil {
+			return err
+		}
+		role := "user"
+		if u.IsAdmin {
+			role = "site admin"
+		}
+		fmt.Printf("added %s %s\n", role, u.Username)
+		return nil
+	})
+}
+
+// resetPassword sets a person's password from the shell: the way back for
+// a site admin who lost theirs, with or without the server running.
+func resetPassword(ctx context.Context, cfg server.Config, log *slog.Logger, name string, stdin io.Reader) error {
+	password, err := readPassword(stdin)
+	if err != nil {
+		return fmt.Errorf("user reset-password: %w", err)
+	}
+	return withAuth(ctx, cfg, log, func(_ *auth.Service, people *auth.People) error {
+		u, err := people.ResetPassword(ctx, name, password)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("set the password of %s; their sign-ins have ended\n", u.Username)
+		if u.Disabled() {
+			fmt.Printf("%s is disabled: a site admin enables them on /admin/users\n", u.Username)
+		}
+		return nil
+	})
+}
+
+// readPassword reads the first line of stdin.
+func readPassword(stdin io.Reader) (string, error) {
 	password, err := bufio.NewReader(stdin).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("user add: reading the password: %w", err)
+		return "", fmt.Errorf("reading the password: %w", err)
 	}
-	password = strings.TrimRight(password, "\r\n")
+	return strings.TrimRight(password, "\r\n"), nil
+}
+
+// withAuth runs fn with the accounts of the configured database, migrated
+// first. What fn changes is recorded in the event log as the server
+// records it.
+func withAuth(ctx context.Context, cfg server.Config, log *slog.Logger, fn func(*auth.Service, *auth.People) error) error {
 	return withDatabase(ctx, cfg, log, func(dsn string) error {
 		if _, err := migrations.Up(dsn); err != nil {
 			return err
@@ -129,15 +181,8 @@ func addUser(ctx context.Context, cfg server.Config, log *slog.Logger, args []st
 		if err != nil {
 			return err
 		}
-		u, err := svc.CreateUser(ctx, name, password, admin)
-		if err != nil {
-			return err
-		}
-		role := "user"
-		if u.IsAdmin {
-			role = "site admin"
-		}
-		fmt.Printf("added %s %s\n", role, u.Username)
-		return nil
+		rec := events.New(store, log, events.Config{})
+		defer rec.Close()
+		return fn(svc, auth.NewPeople(svc, rec, nil, log))
 	})
 }

@@ -41,6 +41,8 @@ command -v unshare >/dev/null || apt_install util-linux
 # a bare devtmpfs (containers, small VMs) leaves it 0600.
 command -v slirp4netns >/dev/null || apt_install slirp4netns
 command -v ip >/dev/null || apt_install iproute2
+# The abuse suite runs two instances behind a real balancer.
+command -v haproxy >/dev/null || apt_install haproxy
 # The seccomp tests make system calls directly through python3's ctypes;
 # session disks are ext4 images made by mkfs.ext4.
 [ -x /usr/bin/python3 ] || apt_install python3
@@ -49,7 +51,7 @@ if [ "$(id -u)" = 0 ] && [ -c /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" !
 	chmod 0666 /dev/net/tun
 fi
 
-# The object store tests run a real MinIO (storage/miniotest). It is built
+# The object store tests run a real MinIO (testrig/miniotest). It is built
 # from source once into the cache, and again when the pinned version changes;
 # go install with a version leaves go.mod alone.
 minio_version=v0.0.0-20260212201848-7aac2a2c5b7c
@@ -64,17 +66,35 @@ export ATELIER_MINIO="${ATELIER_MINIO:-$minio_bin/minio}"
 go vet ./...
 
 # Dead code fails the run: what nothing reaches, and what only tests reach
-# outside the packages that exist for tests. migrations.Down stays: the
-# migrations' up, down, up test needs it.
+# outside the packages that exist for tests (testrig/). migrations.Down
+# stays: the migrations' up, down, up test needs it.
 deadcode="go run golang.org/x/tools/cmd/deadcode@v0.52.0"
 reached_by_nothing=$($deadcode -test ./...) || { say "deadcode could not run"; exit 1; }
 reached_by_tests_only=$($deadcode ./...) || { say "deadcode could not run"; exit 1; }
 dead=$(printf '%s\n%s\n' "$reached_by_nothing" "$reached_by_tests_only" |
-	grep -Ev '^$|^(pgembed/pgtest|storage/miniotest|storage/storagetest|internal/dbtest|internal/githttptest|internal/stacktest|internal/hostilegit)/|^migrations/migrations\.go:[0-9]+:[0-9]+: unreachable func: Down$' || true)
+	grep -Ev '^$|^testrig/|^migrations/migrations\.go:[0-9]+:[0-9]+: unreachable func: Down$' || true)
 if [ -n "$dead" ]; then
 	say "dead code (delete it, or call it):"
 	printf '%s\n' "$dead" >&2
 	exit 1
 fi
-go test -race -count=1 -timeout 20m ./...
+# The server package's tests take most of the run and mostly wait on
+# processes, jails and a browser: they run as two halves (every other test
+# by name) side by side with all the other packages. Each half's harnesses
+# take their sessions' uids under a lock, so the halves never meet.
+mapfile -t server_tests < <(go test -race -list . ./server | grep -E '^(Test|Fuzz|Example)')
+halves=("" "")
+for i in "${!server_tests[@]}"; do
+	halves[i % 2]+="${halves[i % 2]:+|}${server_tests[i]}"
+done
+pids=()
+go test -race -count=1 -timeout 25m $(go list ./... | grep -vx atelier/server) & pids+=($!)
+for half in "${halves[@]}"; do
+	go test -race -count=1 -timeout 25m -run "^($half)\$" ./server & pids+=($!)
+done
+failed=0
+for pid in "${pids[@]}"; do
+	wait "$pid" || failed=1
+done
+[ "$failed" = 0 ] || { say "tests failed (see above)"; exit 1; }
 go test -run '^$' -fuzz FuzzCheckLexical -fuzztime 15s ./workspace

@@ -8,12 +8,12 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"runtime"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"atelier/fault"
 	"atelier/models"
@@ -22,12 +22,12 @@ import (
 var (
 	ErrBadCredentials = fault.New(fault.Unauthorized, "bad_credentials", "auth: wrong username or password", "Wrong username or password.")
 	ErrSignInRequired = fault.New(fault.Unauthorized, "sign_in_required", "auth: sign in required", "Please sign in.")
-	ErrNotSiteAdmin   = fault.New(fault.Forbidden, "site_admin_only", "auth: site admins only", "Only site admins can do that.")
-	// ErrSiteAdminsOnly answers anyone but a site admin on the dashboard's
-	// URLs, signed in or not, as a page that does not exist: nobody else
+	// ErrSiteAdminsOnly answers anyone but a site admin on every /admin
+	// URL, signed in or not, as a page that does not exist: nobody else
 	// learns what is there.
 	ErrSiteAdminsOnly = fault.New(fault.NotFound, "not_found", "auth: site admins only (answered as not found)", "Not found.")
 	ErrCSRF           = fault.New(fault.Forbidden, "csrf", "auth: missing or wrong CSRF token", "The form is out of date or was not sent by Atelier; reload the page and try again.")
+	ErrCrossOrigin    = fault.New(fault.Forbidden, "cross_origin", "auth: a request from another origin", "The request came from another site; Atelier takes changes only from its own pages.")
 	ErrBadUsername    = fault.New(fault.BadInput, "bad_username", "auth: a username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit", "A username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit.")
 	ErrWeakPassword   = fault.New(fault.BadInput, "weak_password", fmt.Sprintf("auth: a password has at least %d characters", MinPasswordLength), fmt.Sprintf("A password has at least %d characters.", MinPasswordLength))
 	ErrUserExists     = fault.New(fault.Conflict, "user_exists", "auth: that username is taken", "That username is taken.")
@@ -44,9 +44,14 @@ type Service struct {
 	// name costs as much time as a wrong password and names do not leak.
 	dummyHash string
 	hashing   *hashGate
-	// Failed sign-ins per username and per client address.
-	accounts, addresses *throttle
-	signedIn            signedIn
+	// Failed sign-ins per account and client address, per address, and per
+	// account (see throttle.go for who each holds back), in signIns.
+	pairs, addresses, accounts throttle
+	signIns                    *ledger
+	signedIn                   signedIn
+	// tell carries what this instance forgot to the others (TellPeers);
+	// nil tells no one.
+	tell func(ctx context.Context, forgotten string)
 }
 
 // NewService returns a Service; now is the clock (time.Now in production).
@@ -56,8 +61,11 @@ func NewService(store *models.Store, now func() time.Time) (*Service, error) {
 		return nil, err
 	}
 	return &Service{store: store, now: now, dummyHash: dummy,
-		hashing:  newHashGate(runtime.NumCPU()),
-		accounts: newThrottle(freeAccountFailures), addresses: newThrottle(freeAddressFailures)}, nil
+		hashing:   newHashGate(runtime.NumCPU()),
+		pairs:     throttle{scope: scopePair, free: freeAccountFailures},
+		addresses: throttle{scope: scopeAddress, free: freeAddressFailures},
+		accounts:  throttle{scope: scopeAccount, free: freeAccountFailures},
+		signIns:   newLedger(store)}, nil
 }
 
 // CreateUser adds a person who can sign in.
@@ -97,12 +105,13 @@ func (s *Service) newUser(ctx context.Context, username, password string, admin 
 	if !models.ValidUsername(username) {
 		return nil, ErrBadUsername
 	}
-	if utf8.RuneCountInString(password) < MinPasswordLength || len(password) > maxPasswordLength {
-		return nil, ErrWeakPassword
+	if err := checkNewPassword(password); err != nil {
+		return nil, err
 	}
 	var hash string
 	var err error
-	if gerr := s.hashing.run(ctx, func() { hash, err = HashPassword(password) }); gerr != nil {
+	// Only site admins and the first start make users; they queue together.
+	if gerr := s.hashing.run(ctx, "", func() { hash, err = HashPassword(password) }); gerr != nil {
 		return nil, gerr
 	}
 	if err != nil {
@@ -113,7 +122,8 @@ func (s *Service) newUser(ctx context.Context, username, password string, admin 
 
 // Login checks the credentials and starts a session. The returned token goes
 // into the cookie; only its hash is stored. addr is the client's address,
-// for throttling guessers (empty skips that throttle).
+// for throttling guessers (empty: the source is unknown, and only the
+// account's own record holds the attempt back).
 func (s *Service) Login(ctx context.Context, username, password, addr string) (string, *models.LoginSession, *models.User, error) {
 	name := strings.TrimSpace(username)
 	// A name that cannot exist has no record of its own: it is refused like
@@ -122,16 +132,22 @@ func (s *Service) Login(ctx context.Context, username, password, addr string) (s
 	if models.ValidUsername(name) {
 		account = name
 	}
-	if err := s.admit(account, addr, s.now()); err != nil {
-		return "", nil, nil, err
-	}
-	u, err := s.checkPassword(ctx, name, password)
-	now := s.now()
-	failed := errors.Is(err, ErrBadCredentials)
-	s.accounts.end(account, now, failed, err == nil)
-	s.addresses.end(addr, now, failed, false)
+	try, err := s.admit(ctx, account, clientKey(addr), s.now())
 	if err != nil {
 		return "", nil, nil, err
+	}
+	u, err := s.checkPassword(ctx, try.address, name, password)
+	now := s.now()
+	if serr := s.settle(ctx, try, now, errors.Is(err, ErrBadCredentials), err == nil); serr != nil {
+		return "", nil, nil, serr
+	}
+	if err != nil {
+		return "", nil, nil, err
+	}
+	// Told only to whoever knows the password: anyone else learns nothing
+	// of the account from the refusal.
+	if u.Disabled() {
+		return "", nil, nil, ErrDisabled
 	}
 	token := randomToken()
 	ls := &models.LoginSession{
@@ -147,23 +163,109 @@ func (s *Service) Login(ctx context.Context, username, password, addr string) (s
 	return token, ls, u, nil
 }
 
-// admit starts an attempt on both throttles or says how long to wait.
-func (s *Service) admit(account, addr string, now time.Time) error {
-	wait, ok := s.accounts.begin(account, now)
-	if !ok {
-		return &TooManyAttemptsError{Wait: wait}
+// attempt is a sign-in admitted by the throttles: the keys of its records.
+type attempt struct {
+	account, address, pair string
+	// heldByAccount says the account's record admitted it, because the
+	// address failed lately or has another sign-in being checked.
+	heldByAccount bool
+}
+
+// keys are the names of the attempt's records.
+func (a attempt) keys(s *Service) []models.SignInKey {
+	var keys []models.SignInKey
+	for _, k := range []struct {
+		t   throttle
+		key string
+	}{{s.addresses, a.address}, {s.pairs, a.pair}, {s.accounts, a.account}} {
+		if k.key != "" {
+			keys = append(keys, models.SignInKey{Scope: k.t.scope, Key: k.key})
+		}
 	}
-	if wait, ok := s.addresses.begin(addr, now); !ok {
-		s.accounts.end(account, now, false, false)
-		return &TooManyAttemptsError{Wait: wait}
+	return keys
+}
+
+// admit starts an attempt on the throttles or says how long to wait. The
+// account's record is asked only for an address that failed lately: one
+// with a clean record passes it, so failures from elsewhere never lock the
+// rightful person out. A client still within a wait this instance has seen
+// is refused without the database.
+func (s *Service) admit(ctx context.Context, account, address string, now time.Time) (attempt, error) {
+	a := attempt{account: account, address: address}
+	if account != "" && address != "" {
+		// No username holds a space, so the pair's parts stay apart.
+		a.pair = account + " " + address
 	}
-	return nil
+	// Either record holding the client back means the address failed
+	// lately (a pair's failures are its address's too), so the account's
+	// wait is the client's as well.
+	if wait := max(s.signIns.waitSeen(s.addresses, address, now), s.signIns.waitSeen(s.pairs, a.pair, now)); wait > 0 {
+		return a, &TooManyAttemptsError{Wait: max(wait, s.signIns.waitSeen(s.accounts, account, now))}
+	}
+	var refused error
+	err := s.signIns.change(ctx, now, a.keys(s), func(rs records) {
+		addr, pair, acct := rs.of(s.addresses, address), rs.of(s.pairs, a.pair), rs.of(s.accounts, account)
+		wait, ok, seen := s.addresses.begin(addr, now)
+		if !ok {
+			refused = s.refusal(rs, a, seen, wait, now)
+			return
+		}
+		if wait, ok, _ := s.pairs.begin(pair, now); !ok {
+			s.addresses.end(addr, now, false, false)
+			refused = s.refusal(rs, a, seen, wait, now)
+			return
+		}
+		if seen {
+			if wait, ok, _ := s.accounts.begin(acct, now); !ok {
+				s.pairs.end(pair, now, false, false)
+				s.addresses.end(addr, now, false, false)
+				refused = s.refusal(rs, a, seen, wait, now)
+				return
+			}
+			a.heldByAccount = true
+		}
+	})
+	if err != nil {
+		return a, err
+	}
+	return a, refused
+}
+
+// refusal says to wait until every record that holds the attempt back lets
+// it through, not only the first that refused, so a client that waits as
+// told is not refused again.
+func (s *Service) refusal(rs records, a attempt, seen bool, wait time.Duration, now time.Time) error {
+	wait = max(wait, s.addresses.waitFor(rs.of(s.addresses, a.address), now), s.pairs.waitFor(rs.of(s.pairs, a.pair), now))
+	if seen {
+		wait = max(wait, s.accounts.waitFor(rs.of(s.accounts, a.account), now))
+	}
+	return &TooManyAttemptsError{Wait: wait}
+}
+
+// settle records how an admitted attempt went. A success clears the record
+// of its account and address only: it says nothing of the guesses from
+// elsewhere, and an address is forgotten only with time. It is recorded
+// even when the request has gone, so giving up on a request does not
+// erase its failure.
+func (s *Service) settle(ctx context.Context, a attempt, now time.Time, failed, succeeded bool) error {
+	return s.signIns.change(context.WithoutCancel(ctx), now, a.keys(s), func(rs records) {
+		s.addresses.end(rs.of(s.addresses, a.address), now, failed, false)
+		s.pairs.end(rs.of(s.pairs, a.pair), now, failed, succeeded)
+		acct := rs.of(s.accounts, a.account)
+		switch {
+		case a.heldByAccount:
+			s.accounts.end(acct, now, failed, false)
+		case failed:
+			s.accounts.fail(acct, now)
+		}
+	})
 }
 
 // checkPassword returns the user whose name and password these are, or
 // ErrBadCredentials. An unknown name is checked against a dummy hash, so
-// it takes as long as a known name with a wrong password.
-func (s *Service) checkPassword(ctx context.Context, name, password string) (*models.User, error) {
+// it takes as long as a known name with a wrong password. It waits for a
+// hashing slot in the queue of the caller's address.
+func (s *Service) checkPassword(ctx context.Context, address, name, password string) (*models.User, error) {
 	if len(password) > maxPasswordLength {
 		return nil, ErrBadCredentials
 	}
@@ -177,7 +279,7 @@ func (s *Service) checkPassword(ctx context.Context, name, password string) (*mo
 	}
 	var ok bool
 	var verr error
-	if err := s.hashing.run(ctx, func() { ok, verr = VerifyPassword(hash, password) }); err != nil {
+	if err := s.hashing.run(ctx, address, func() { ok, verr = VerifyPassword(hash, password) }); err != nil {
 		return nil, err
 	}
 	if u != nil && verr != nil {
@@ -221,6 +323,7 @@ func (s *Service) Logout(ctx context.Context, token string) error {
 	hash := hashToken(token)
 	err := s.store.DeleteLoginSession(ctx, hash)
 	s.signedIn.forget(hash)
+	s.tellPeers(ctx, forgetSignIn+hex.EncodeToString(hash))
 	return err
 }
 

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"atelier/auth"
-	"atelier/internal/dbtest"
-	"atelier/pgembed/pgtest"
+	"atelier/testrig/dbtest"
+	"atelier/testrig/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

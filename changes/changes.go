@@ -8,6 +8,7 @@
 package changes
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -16,7 +17,6 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"atelier/editsession"
@@ -26,6 +26,7 @@ import (
 	"atelier/models"
 	"atelier/projects"
 	"atelier/storage/codestore"
+	"atelier/workbench"
 	"atelier/workspace"
 )
 
@@ -37,8 +38,8 @@ var (
 	ErrNotWaiting      = fault.New(fault.Conflict, "not_waiting", "changes: the change does not wait for an approval", "The change does not wait for an approval.")
 	ErrFinished        = fault.New(fault.Conflict, "finished", "changes: the change is released, withdrawn or superseded", "The change is released, withdrawn or superseded.")
 	ErrNotAuthor       = fault.New(fault.Forbidden, "not_author", "changes: only its author withdraws a change", "Only its author withdraws a change.")
+	ErrOwnChange       = fault.New(fault.Forbidden, "own_change", "changes: another owner or admin approves a change, not its author", "Another owner or admin approves this change, not its author.")
 	ErrNoRepository    = fault.New(fault.Conflict, "no_base", "changes: the project's folder is not a git repository with a commit", "The project's folder is not a git repository with a commit.")
-	ErrNotEditable     = fault.New(fault.Unsupported, "not_editable", "changes: only text files up to 1 MiB are edited here", "Only text files up to 1 MiB are edited here.")
 	ErrBadCheck        = fault.New(fault.BadInput, "bad_check_command", "changes: a check command has 1 to 1000 characters on one line", "A check command has 1 to 1000 characters on one line.")
 )
 
@@ -60,26 +61,72 @@ func (e *StaleBaseError) Fault() fault.Fault {
 
 // Service runs the Change pipeline.
 type Service struct {
-	db      *models.Store
-	git     *gitsvc.Service
-	code    *codestore.Store
-	ws      *workspace.Workspaces
-	edits   *editsession.Sessions
-	runtime *editsession.Runtime
-	events  *events.Recorder
-	now     func() time.Time
-	log     *slog.Logger
+	db     *models.Store
+	git    *gitsvc.Service
+	code   *codestore.Store
+	ws     *workspace.Workspaces
+	edits  *editsession.Sessions
+	checks Checker
+	events *events.Recorder
+	now    func() time.Time
+	log    *slog.Logger
 
-	mu      sync.Mutex
-	pending []int64       // changes to verify, in order
-	wake    chan struct{} // a change was queued
+	// The verifier (pipeline.go).
+	instance   string
+	claimFor   time.Duration
+	renewEvery time.Duration
+	pollEvery  time.Duration
+	wake       chan struct{}   // a Change was queued here
+	wakeups    <-chan struct{} // one was queued elsewhere
+	queuedHook func()
+}
+
+// Checker runs a project's check command on a commit in the sandbox:
+// workbench.Runtime.
+type Checker interface {
+	RunCheck(ctx context.Context, p *models.Project, repo *gitsvc.Repo, commit, command string, key int64) (*workbench.CheckResult, error)
+}
+
+// Options are what the pipeline works with.
+type Options struct {
+	DB        *models.Store
+	Git       *gitsvc.Service
+	Code      *codestore.Store
+	Workspace *workspace.Workspaces
+	// Sessions are the edit sessions submits seal and end.
+	Sessions *editsession.Sessions
+	// Checks runs the projects' checks.
+	Checks Checker
+	Events *events.Recorder
+	Now    func() time.Time
+	Log    *slog.Logger
+
+	// Instance names this server process in the claims of the checks it
+	// runs; a random name when empty.
+	Instance string
+	// ClaimFor is how long a claim on a check holds unless renewed, and so
+	// how soon after its instance stops a check is taken again
+	// (defaultClaimFor when zero); it is renewed every third of it.
+	ClaimFor time.Duration
+	// PollEvery is how often Run looks for due checks when nothing wakes
+	// it (defaultPollEvery when zero).
+	PollEvery time.Duration
+	// Wakeups, when set, tells Run that a Change was queued on another
+	// instance, so it need not wait for its next poll.
+	Wakeups <-chan struct{}
+	// Queued, when set, is called after a Change was queued here, to tell
+	// the other instances.
+	Queued func()
 }
 
 // New returns the pipeline; Run verifies what it queues.
-func New(db *models.Store, git *gitsvc.Service, code *codestore.Store, ws *workspace.Workspaces,
-	edits *editsession.Sessions, runtime *editsession.Runtime, ev *events.Recorder, now func() time.Time, log *slog.Logger) *Service {
-	return &Service{db: db, git: git, code: code, ws: ws, edits: edits, runtime: runtime, events: ev, now: now, log: log,
-		wake: make(chan struct{}, 1)}
+func New(o Options) *Service {
+	claimFor := cmp.Or(o.ClaimFor, defaultClaimFor)
+	return &Service{db: o.DB, git: o.Git, code: o.Code, ws: o.Workspace, edits: o.Sessions, checks: o.Checks,
+		events: o.Events, now: o.Now, log: o.Log,
+		instance: cmp.Or(o.Instance, newKey()), claimFor: claimFor, renewEvery: claimFor / 3,
+		pollEvery: cmp.Or(o.PollEvery, defaultPollEvery), wake: make(chan struct{}, 1),
+		wakeups: o.Wakeups, queuedHook: o.Queued}
 }
 
 // workspaceFork is the person's workspace fork on the project, ws-<k>.
@@ -182,92 +229,112 @@ type humanChange struct {
 	project   *models.Project
 	author    *models.User
 	sessionID string // "" for the Code page's single-file edit
+	key       string // names the commit's ref; "" for a random one
 	base      string // the commit the edits were made on
-	edits     []Edit
-	message   string
-	commands  []models.SessionCommand
+	message   string // "" for the default one
+	// edits returns the edits to compose and the audit the ChangeSet
+	// carries, or the Change that already stands for them. It runs under
+	// canonical's write reservation, before anything is composed.
+	edits func(ctx context.Context) ([]Edit, []models.SessionCommand, *models.Change, error)
+	// record writes ch and set, in a short transaction of its own: the
+	// commit is composed by then, and canonical's reservation still held.
+	record func(ctx context.Context, ch *models.Change, set *models.ChangeSet) error
 }
 
 // recordHumanChange is the one way edits become a Change with one human
-// ChangeSet. Under canonical's write reservation it reads canonical's
-// head; when canonical moved since the base, the paths it changed must not
-// be edited ones (else *StaleBaseError) and the commit is composed on the
-// head instead. The commit is written in the person's workspace fork
-// without a work tree, authored by them with their message, and recorded
-// through tx.
-func (s *Service) recordHumanChange(ctx context.Context, tx *models.Store, hc humanChange) (*models.Change, error) {
-	if len(hc.edits) == 0 {
-		return nil, ErrNothingToSubmit
+// ChangeSet. Under canonical's write reservation it reads the edits and
+// canonical's head; when canonical moved since the base, the paths it
+// changed must not be edited ones (else *StaleBaseError) and the commit is
+// composed on the head instead. The commit is written in the person's
+// workspace fork without a work tree, authored by them with their message,
+// and only then recorded, so no transaction waits for git. created is
+// false when edits found the Change already made.
+func (s *Service) recordHumanChange(ctx context.Context, hc humanChange) (ch *models.Change, created bool, err error) {
+	c, err := s.openCanonical(ctx, hc.project)
+	if err != nil {
+		return nil, false, err
 	}
-	paths := make([]string, len(hc.edits))
-	tedits := make([]gitsvc.TreeEdit, len(hc.edits))
-	for i, e := range hc.edits {
-		if err := workspace.CheckRelPath(e.Path); err != nil {
-			return nil, err
+	defer c.closer()
+	ctx, release, err := s.git.HoldRepo(ctx, c.repo, true)
+	if err != nil {
+		return nil, false, err
+	}
+	defer release()
+	edits, commands, existing, err := hc.edits(ctx)
+	if err != nil || existing != nil {
+		return existing, false, err
+	}
+	if len(edits) == 0 {
+		return nil, false, ErrNothingToSubmit
+	}
+	paths := make([]string, len(edits))
+	tedits := make([]gitsvc.TreeEdit, len(edits))
+	for i, e := range edits {
+		check := workspace.CheckNewPath // what is written enters the code
+		if e.Deleted {
+			check = workspace.CheckRelPath
+		}
+		if err := check(e.Path); err != nil {
+			return nil, false, err
 		}
 		paths[i] = e.Path
 		tedits[i] = gitsvc.TreeEdit{Path: e.Path, Content: e.Content, Deleted: e.Deleted}
 	}
 	sort.Strings(paths)
+	message := hc.message
+	if message == "" {
+		message = defaultMessage(paths)
+	}
 
-	c, err := s.openCanonical(ctx, hc.project)
-	if err != nil {
-		return nil, err
-	}
-	defer c.closer()
-	ctx, release, err := s.git.HoldRepo(ctx, c.repo, true)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	head, _, err := s.head(ctx, c)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	repo, err := s.fork(ctx, hc.project, hc.author.ID, c, head)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if head != hc.base {
 		if c.local {
 			// The base came from the folder itself; the fork needs it to
 			// tell what changed since.
 			if _, err := s.fork(ctx, hc.project, hc.author.ID, c, hc.base); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
 		changed, err := s.git.ChangedPaths(ctx, repo, hc.base, head)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if clash := overlapping(paths, changed); len(clash) > 0 {
-			return nil, &StaleBaseError{Paths: clash}
+			return nil, false, &StaleBaseError{Paths: clash}
 		}
 	}
-	key := newKey()
-	if hc.sessionID != "" {
-		key = strings.TrimPrefix(hc.sessionID, "edit_")
+	key := hc.key
+	if key == "" {
+		key = newKey()
 	}
-	commit, err := s.git.ComposeCommit(ctx, repo, head, tedits, signature(hc.author), hc.message, changeRef(key))
+	commit, err := s.git.ComposeCommit(ctx, repo, head, tedits, signature(hc.author), message, changeRef(key))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	now := s.now()
-	ch := &models.Change{ProjectID: hc.project.ID, AuthorID: &hc.author.ID, Message: hc.message,
-		BaseCommit: head, CommitSHA: commit, Paths: paths, Status: models.ChangeComposed, CreatedAt: now, UpdatedAt: now}
+	ch = &models.Change{ProjectID: hc.project.ID, AuthorID: &hc.author.ID, Message: message,
+		BaseCommit: head, CommitSHA: commit, Paths: paths, Status: models.ChangeComposed, CreatedAt: now, UpdatedAt: now,
+		CheckDue: &now}
 	if hc.sessionID != "" {
 		ch.SessionID = &hc.sessionID
 	}
-	commands, err := commandsJSON(hc.commands)
+	audit, err := commandsJSON(commands)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	set := &models.ChangeSet{Kind: "human", AuthorID: &hc.author.ID, CommitSHA: commit, Commands: commands, CreatedAt: now}
-	if err := tx.CreateChange(ctx, ch, set); err != nil {
-		return nil, err
+	set := &models.ChangeSet{Kind: "human", AuthorID: &hc.author.ID, CommitSHA: commit, Commands: audit, CreatedAt: now}
+	if err := hc.record(ctx, ch, set); err != nil {
+		return nil, false, err
 	}
 	ch.AuthorName = hc.author.Username
-	return ch, nil
+	return ch, true, nil
 }
 
 // signature is a person as the author of their commits.

@@ -15,12 +15,12 @@ import (
 	"atelier/auth"
 	"atelier/events"
 	"atelier/gitsvc"
-	"atelier/internal/dbtest"
 	"atelier/models"
-	"atelier/pgembed/pgtest"
 	"atelier/projects"
 	"atelier/storage"
 	"atelier/storage/codestore"
+	"atelier/testrig/dbtest"
+	"atelier/testrig/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -30,6 +30,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type env struct {
 	svc  *Service
 	db   *models.Store
+	dsn  string // the database's, for what a test reads with SQL
 	git  *gitsvc.Service
 	acc  *projects.Access
 	repo *gitsvc.Repo
@@ -39,7 +40,12 @@ type env struct {
 func newEnv(tb testing.TB) *env {
 	tb.Helper()
 	ctx := context.Background()
-	db := dbtest.Store(tb)
+	dsn := dbtest.DSN(tb)
+	db, err := models.Open(ctx, dsn, models.DefaultPool)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
 	log := slog.New(slog.DiscardHandler)
 	git, err := gitsvc.New(gitsvc.Config{Root: tb.TempDir(), Timeout: 10 * time.Minute})
 	if err != nil {
@@ -49,7 +55,7 @@ func newEnv(tb testing.TB) *env {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	code, err := codestore.New(objects, git, db, log, 20_000)
+	code, err := codestore.New(objects, git, db, log, codestore.Options{CachedTrees: 20_000})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -65,10 +71,10 @@ func newEnv(tb testing.TB) *env {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rec := events.New(db, log)
+	rec := events.New(db, log, events.Config{})
 	tb.Cleanup(rec.Close)
-	svc := New(db, git, code, nil, nil, nil, rec, time.Now, log)
-	return &env{svc: svc, db: db, git: git, repo: repo, head: first,
+	svc := New(Options{DB: db, Git: git, Code: code, Events: rec, Now: time.Now, Log: log})
+	return &env{svc: svc, db: db, dsn: dsn, git: git, repo: repo, head: first,
 		acc: &projects.Access{Project: p, User: u, Role: auth.RoleOwner}}
 }
 
@@ -122,20 +128,24 @@ func edits(n, round int) []Edit {
 	return es
 }
 
-// record is recordHumanChange in its own transaction, as a submit runs it.
+// record is recordHumanChange as the Code page's single-file edit runs it.
 func (e *env) record(tb testing.TB, base string, es []Edit) *models.Change {
 	tb.Helper()
-	var ch *models.Change
-	err := e.db.Tx(context.Background(), func(tx *models.Store) error {
-		var err error
-		ch, err = e.svc.recordHumanChange(context.Background(), tx, humanChange{project: e.acc.Project, author: e.acc.User,
-			base: base, edits: es, message: "bench"})
-		return err
-	})
+	ch, err := e.compose(base, es)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return ch
+}
+
+func (e *env) compose(base string, es []Edit) (*models.Change, error) {
+	ch, _, err := e.svc.recordHumanChange(context.Background(), humanChange{project: e.acc.Project, author: e.acc.User,
+		base: base, message: "bench",
+		edits: func(context.Context) ([]Edit, []models.SessionCommand, *models.Change, error) {
+			return es, nil, nil, nil
+		},
+		record: e.db.CreateChange})
+	return ch, err
 }
 
 // approve gives the change its evidence, as an owner's approval does.
@@ -179,12 +189,7 @@ func TestRecordHumanChangeComposesExactly(t *testing.T) {
 	}
 	// Edits that leave the repository refused before git sees them.
 	for _, bad := range []string{"../x", ".git/config", "a/.git/b", "/etc/passwd"} {
-		err := e.db.Tx(context.Background(), func(tx *models.Store) error {
-			_, err := e.svc.recordHumanChange(context.Background(), tx, humanChange{project: e.acc.Project, author: e.acc.User,
-				base: e.head, edits: []Edit{{Path: bad, Content: []byte("x")}}, message: "bad"})
-			return err
-		})
-		if err == nil {
+		if _, err := e.compose(e.head, []Edit{{Path: bad, Content: []byte("x")}}); err == nil {
 			t.Fatalf("%q was accepted", bad)
 		}
 	}

@@ -8,101 +8,165 @@ import (
 	"unicode/utf8"
 
 	"atelier/auth"
-	"atelier/editsession"
 	"atelier/events"
 	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/projects"
+	"atelier/workbench"
 )
 
 // When a check that could not run is tried again: soon for a full
 // instance, later for anything else (the month's sandbox time used up, the
-// database away), so a Change never hangs in verifying until a restart.
+// database away), so a Change never hangs in verifying.
 const (
 	retryBusy  = 5 * time.Second
 	retryLater = time.Minute
 )
 
-// queue asks Run to verify the change.
-func (s *Service) queue(id int64) {
-	s.mu.Lock()
-	s.pending = append(s.pending, id)
-	s.mu.Unlock()
+// The verifier's defaults (Options.ClaimFor, Options.PollEvery): an
+// instance that stops has its check taken again within half a minute, and
+// a Change queued elsewhere, or due for a retry, waits at most a second
+// when nothing wakes the verifier.
+const (
+	defaultClaimFor  = 30 * time.Second
+	defaultPollEvery = time.Second
+)
+
+// queued tells the verifiers that a Change was queued (its row is due
+// already): this instance's at once, the others through Options.Queued.
+func (s *Service) queued() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
+	if s.queuedHook != nil {
+		s.queuedHook()
+	}
 }
 
-func (s *Service) next() (int64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.pending) == 0 {
-		return 0, false
-	}
-	id := s.pending[0]
-	s.pending = s.pending[1:]
-	return id, true
-}
-
-// Resume queues what a previous run left unverified: Changes in
-// verifying (the server stopped during their check) and composed ones
-// that wait for nothing. The server calls it at start, before Run.
-func (s *Service) Resume(ctx context.Context) (int, error) {
-	cs, err := s.db.ChangesByStatus(ctx, 0, models.ChangeVerifying, models.ChangeComposed)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, c := range cs {
-		if c.Status == models.ChangeComposed && c.WaitReason != nil {
-			continue
-		}
-		s.queue(c.ID)
-		n++
-	}
-	return n, nil
-}
-
-// Run verifies queued changes one after another until ctx ends.
+// Run verifies the due Changes of every instance, one check at a time,
+// until ctx ends. It claims each check in the database, so that whichever
+// instances poll, one runs it; it looks for due checks when woken, and at
+// least every PollEvery: that is how a retry's time comes, and how a check
+// whose instance stopped is found once its claim expired. No timer in
+// memory decides anything, so a restart loses no retry. A check cut short
+// by the end of ctx is let go, due at once, for the next instance to poll.
 func (s *Service) Run(ctx context.Context) {
+	poll := time.NewTicker(s.pollEvery)
+	defer poll.Stop()
 	for {
-		for {
-			id, ok := s.next()
-			if !ok {
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			if err := s.verify(ctx, id); err != nil && ctx.Err() == nil {
-				wait := retryLater
-				if errors.Is(err, editsession.ErrSandboxBusy) {
-					wait = retryBusy
-				} else {
-					s.log.Warn("change not verified; trying again", "change", id, "in", wait, "err", err)
-				}
-				time.AfterFunc(wait, func() { s.queue(id) })
-			}
+		for ctx.Err() == nil && s.verifyNext(ctx) {
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.wake:
+		case <-s.wakeups:
+		case <-poll.C:
+		}
+	}
+}
+
+// verifyNext claims the next due check and runs it; false when none was
+// due, or the database could not say.
+func (s *Service) verifyNext(ctx context.Context) bool {
+	c, err := s.db.ClaimCheck(ctx, s.instance, s.now(), s.claimFor)
+	if errors.Is(err, models.ErrNotFound) {
+		return false
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("changes to verify not read; polling again", "err", err)
+		}
+		return false
+	}
+	if c.Before != "" {
+		s.log.Info("a check whose instance stopped renewing its claim is taken over",
+			"change", c.ChangeID, "from", c.Before, "attempt", c.Attempts)
+	}
+	s.runClaimed(ctx, c)
+	return true
+}
+
+// settleWithin bounds the release of a claim after its check.
+const settleWithin = 10 * time.Second
+
+// runClaimed verifies the claimed Change while the claim is renewed, then
+// settles the claim: verify took the Change out of the queue when it
+// recorded something; otherwise the check is let go, due again at once or
+// after a retry's wait. A claim lost meanwhile is left to its new holder.
+func (s *Service) runClaimed(ctx context.Context, c *models.CheckClaim) {
+	id := c.ChangeID
+	cctx, cancel := context.WithCancelCause(ctx)
+	renewing := make(chan struct{})
+	go func() { defer close(renewing); s.keepClaim(cctx, cancel, id) }()
+	err := s.verify(cctx, id)
+	lost := errors.Is(context.Cause(cctx), models.ErrClaimLost)
+	cancel(nil)
+	<-renewing
+	if err == nil {
+		return
+	}
+	if lost || errors.Is(err, models.ErrClaimLost) {
+		s.log.Info("the claim on a check was lost (taken over, or the Change left the queue); this run records nothing", "change", id)
+		return
+	}
+	due := s.now()
+	switch {
+	case ctx.Err() != nil:
+		// The server stops: the next instance to poll takes it at once.
+	case errors.Is(err, models.ErrChangeMoved):
+		// It moved while it was checked; the row says whether anything
+		// is still to verify.
+	case errors.Is(err, workbench.ErrSandboxBusy):
+		due = due.Add(retryBusy)
+	default:
+		due = due.Add(retryLater)
+		s.log.Warn("change not verified; trying again", "change", id, "in", retryLater, "attempt", c.Attempts, "err", err)
+	}
+	bg, done := context.WithTimeout(context.WithoutCancel(ctx), settleWithin)
+	defer done()
+	if err := s.db.ReleaseCheck(bg, id, s.instance, due); err != nil && !errors.Is(err, models.ErrClaimLost) {
+		s.log.Warn("claim on a check not let go; it is taken again once it expires", "change", id, "err", err)
+	}
+}
+
+// keepClaim renews the claim on the change's check every renewEvery until
+// ctx ends. When the claim is lost (it expired, say the database was away
+// for longer, and another instance took it; or the Change was withdrawn)
+// it cancels the check with ErrClaimLost: someone else runs it now.
+func (s *Service) keepClaim(ctx context.Context, lose context.CancelCauseFunc, id int64) {
+	t := time.NewTicker(s.renewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := s.db.RenewCheck(ctx, id, s.instance, s.now().Add(s.claimFor))
+		if errors.Is(err, models.ErrClaimLost) {
+			lose(err)
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("claim on a check not renewed", "change", id, "err", err)
 		}
 	}
 }
 
 // verify runs the project's check command on the change's commit and
 // records the evidence, or marks the change as waiting for an approval
-// when the project has no check command.
+// when the project has no check command; either takes the Change out of
+// the queue, in the same transaction, only while this instance holds the
+// claim on its check (else models.ErrClaimLost and nothing is recorded).
 func (s *Service) verify(ctx context.Context, id int64) error {
 	ch, err := s.db.ChangeByID(ctx, id)
 	if err != nil {
 		return err
 	}
 	if ch.Status != models.ChangeComposed && ch.Status != models.ChangeVerifying {
-		return nil
+		return nil // it left the queue meanwhile, and the claim with it
 	}
 	p, err := s.db.ProjectByID(ctx, ch.ProjectID)
 	if err != nil {
@@ -111,10 +175,12 @@ func (s *Service) verify(ctx context.Context, id int64) error {
 	now := s.now()
 	if p.CheckCommand == nil {
 		wait := models.WaitApproval
-		err := s.db.MoveChange(ctx, id, models.ChangeUpdate{From: []string{ch.Status}, To: ch.Status, WaitReason: &wait, At: now})
-		if errors.Is(err, models.ErrChangeMoved) {
-			return nil
-		}
+		err := s.db.Tx(ctx, func(tx *models.Store) error {
+			if err := tx.FinishCheck(ctx, id, s.instance); err != nil {
+				return err
+			}
+			return tx.MoveChange(ctx, id, models.ChangeUpdate{From: []string{ch.Status}, To: ch.Status, WaitReason: &wait, At: now})
+		})
 		if err == nil {
 			ch.WaitReason = &wait
 			s.record(ctx, events.ChangeWaiting, ch, 0, map[string]any{"reason": wait})
@@ -140,12 +206,12 @@ func (s *Service) verify(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.runtime.RunCheck(ctx, p, repo, ch.CommitSHA, command, ch.ID)
+	res, err := s.checks.RunCheck(ctx, p, repo, ch.CommitSHA, command, ch.ID)
 	if err != nil {
 		return err
 	}
 	tail := strings.ToValidUTF8(string(res.Output), "\uFFFD")
-	for len(tail) > editsession.CommandTail {
+	for len(tail) > workbench.CommandTail {
 		_, size := utf8.DecodeRuneInString(tail)
 		tail = tail[size:]
 	}
@@ -157,6 +223,11 @@ func (s *Service) verify(ctx context.Context, id int64) error {
 		to, typ = models.ChangeFailed, events.ChangeFailed
 	}
 	err = s.db.Tx(ctx, func(tx *models.Store) error {
+		// The claim first, which locks the row: a check another
+		// instance took over meanwhile is recorded by that one alone.
+		if err := tx.FinishCheck(ctx, id, s.instance); err != nil {
+			return err
+		}
 		if err := tx.AddEvidence(ctx, ev); err != nil {
 			return err
 		}
@@ -171,11 +242,8 @@ func (s *Service) verify(ctx context.Context, id int64) error {
 		}
 		return tx.MoveChange(ctx, id, models.ChangeUpdate{From: []string{models.ChangeVerifying}, To: to, At: s.now()})
 	})
-	if errors.Is(err, models.ErrChangeMoved) {
-		return nil // withdrawn or re-composed while it ran
-	}
 	if err != nil {
-		return err
+		return err // withdrawn meanwhile: the claim went with the queue
 	}
 	ch.Status = to
 	s.record(ctx, typ, ch, 0, map[string]any{"exitCode": exit, "durationMs": dur})
@@ -201,6 +269,9 @@ func (s *Service) Approve(ctx context.Context, acc *projects.Access, id int64) (
 	}
 	uid := acc.User.ID
 	err = s.db.Tx(ctx, func(tx *models.Store) error {
+		if err := s.mayApprove(ctx, tx, acc, ch); err != nil {
+			return err
+		}
 		if err := tx.AddEvidence(ctx, &models.Evidence{ChangeID: id, CommitSHA: ch.CommitSHA, Kind: models.EvidenceApproval,
 			Passed: true, ApprovedBy: &uid, CreatedAt: s.now()}); err != nil {
 			return err
@@ -216,6 +287,39 @@ func (s *Service) Approve(ctx context.Context, acc *projects.Access, id int64) (
 	ch.Status, ch.WaitReason = models.ChangeVerified, nil
 	s.record(ctx, events.ChangeVerified, ch, uid, map[string]any{"approvedBy": acc.User.Username})
 	return ch, nil
+}
+
+// mayApprove is the four-eyes rule: an approval stands for review by
+// someone other than the author, so where the project has two or more
+// owners and admins, the author's own approval is refused. Where the
+// author is its only owner or admin, nobody else could ever approve, and
+// refusing would leave their Changes stuck without a check command; the
+// approval then records that they looked again, as before. The count is
+// read in the approval's transaction; a person added a moment later does
+// not undo an approval already given.
+func (s *Service) mayApprove(ctx context.Context, tx *models.Store, acc *projects.Access, ch *models.Change) error {
+	if ch.AuthorID == nil || *ch.AuthorID != acc.User.ID {
+		return nil
+	}
+	n, err := tx.OwnersAndAdmins(ctx, acc.Project.ID)
+	if err != nil {
+		return err
+	}
+	if n >= 2 {
+		return ErrOwnChange
+	}
+	return nil
+}
+
+// OthersApprove reports whether someone other than acc's person must
+// approve ch, because they wrote it and the project has others who may
+// (mayApprove), so the page offers them no Approve.
+func (s *Service) OthersApprove(ctx context.Context, acc *projects.Access, ch *models.Change) (bool, error) {
+	err := s.mayApprove(ctx, s.db, acc, ch)
+	if errors.Is(err, ErrOwnChange) {
+		return true, nil
+	}
+	return false, err
 }
 
 // Withdraw takes a change out of the pipeline; only its author may.
@@ -319,21 +423,37 @@ func (s *Service) release(ctx context.Context, acc *projects.Access, id int64) (
 	if err := s.git.CopyCommit(ctx, fork, c.repo, ch.CommitSHA, ch.BaseCommit); err != nil {
 		return nil, err
 	}
+	// Canonical grows by releases too: the project's bound holds here as
+	// at an import, and the Change stays verified.
+	size, err := s.git.TreeBytes(ctx, c.repo, ch.CommitSHA)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.code.CheckProjectBytes(size); err != nil {
+		return nil, err
+	}
+	// The branch moves first, under the reservation, and the rows are
+	// recorded after it in a transaction of SQL alone. When they cannot be
+	// (the Change was withdrawn meanwhile, the database failed), the branch
+	// goes back, so canonical never holds a Change that was not released;
+	// a crash between the two leaves what the next release finishes
+	// (markReleased).
+	if err := s.git.MoveBranch(ctx, c.repo, "main", ch.CommitSHA, head); err != nil {
+		return nil, err
+	}
 	err = s.db.Tx(ctx, func(tx *models.Store) error {
 		if _, err := tx.LockProject(ctx, ch.ProjectID); err != nil {
 			return err
 		}
-		// The row is released and canonical recorded before the branch
-		// moves; a failing move rolls both back.
 		if err := s.released(ctx, tx, ch); err != nil {
 			return err
 		}
-		if err := tx.SetCanonicalCommit(ctx, ch.ProjectID, ch.CommitSHA); err != nil {
-			return err
-		}
-		return s.git.MoveBranch(ctx, c.repo, "main", ch.CommitSHA, head)
+		return tx.SetCanonicalCommit(ctx, ch.ProjectID, ch.CommitSHA)
 	})
 	if err != nil {
+		if back := s.git.MoveBranch(context.WithoutCancel(ctx), c.repo, "main", head, ch.CommitSHA); back != nil {
+			s.log.Error("canonical moved to a change whose release was not recorded", "project", ch.ProjectID, "change", ch.ID, "err", back)
+		}
 		return nil, err
 	}
 	return s.afterRelease(ctx, acc, ch, c)
@@ -405,14 +525,15 @@ func (s *Service) recompose(ctx context.Context, acc *projects.Access, c *canoni
 	if err != nil {
 		return nil, err
 	}
+	now := s.now()
 	err = s.db.MoveChange(ctx, ch.ID, models.ChangeUpdate{From: []string{models.ChangeVerified}, To: models.ChangeComposed,
-		Base: head, Commit: commit, At: s.now()})
+		Base: head, Commit: commit, Check: &now, At: now})
 	if err != nil {
 		return nil, err
 	}
 	ch.Status, ch.BaseCommit, ch.CommitSHA = models.ChangeComposed, head, commit
 	s.record(ctx, events.ChangeMoved, ch, acc.User.ID, map[string]any{"recomposed": true, "base": head})
-	s.queue(ch.ID)
+	s.queued()
 	return ch, nil
 }
 
@@ -443,16 +564,26 @@ func (s *Service) releaseLocal(ctx context.Context, acc *projects.Access, c *can
 	if err := s.git.CopyCommit(ctx, fork, c.repo, ch.CommitSHA, ch.BaseCommit); err != nil {
 		return nil, err
 	}
+	// As for canonical: the folder moves first, under the reservation, and
+	// the release is recorded after it in a transaction of SQL alone. When
+	// it cannot be, the folder moves back, and read-tree refuses to
+	// overwrite anything that is not the change's, so what the person
+	// touched meanwhile is never lost: a refusal leaves the folder at the
+	// change, which the next release of a Change still verified records
+	// (head == CommitSHA above), as after a crash between the two.
+	if err := s.git.MoveWorkTree(ctx, c.repo, branch, head, ch.CommitSHA); err != nil {
+		return nil, err
+	}
 	err := s.db.Tx(ctx, func(tx *models.Store) error {
 		if _, err := tx.LockProject(ctx, ch.ProjectID); err != nil {
 			return err
 		}
-		if err := s.released(ctx, tx, ch); err != nil {
-			return err
-		}
-		return s.git.FastForwardWorkTree(ctx, c.repo, branch, head, ch.CommitSHA)
+		return s.released(ctx, tx, ch)
 	})
 	if err != nil {
+		if back := s.git.MoveWorkTree(context.WithoutCancel(ctx), c.repo, branch, ch.CommitSHA, head); back != nil {
+			s.log.Error("a local folder moved to a change whose release was not recorded", "project", ch.ProjectID, "change", ch.ID, "err", back)
+		}
 		return nil, err
 	}
 	return s.afterRelease(ctx, acc, ch, c)

@@ -2,12 +2,14 @@ package changes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
 
 	"atelier/auth"
+	"atelier/events"
 	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/projects"
@@ -27,7 +29,7 @@ type Detail struct {
 	*models.Change
 	Evidence []models.Evidence  `json:"evidence"`
 	Sets     []models.ChangeSet `json:"sets"`
-	Timeline []models.Event     `json:"timeline"`
+	Timeline []events.Line      `json:"timeline"` // each step once, as sentences
 }
 
 // Get returns one change of the project with its evidence, sets and
@@ -44,9 +46,21 @@ func (s *Service) Get(ctx context.Context, acc *projects.Access, id int64) (*Det
 	if d.Sets, err = s.db.ChangeSetsOf(ctx, id); err != nil {
 		return nil, err
 	}
-	if d.Timeline, err = s.db.ChangeEvents(ctx, ch.ProjectID, id); err != nil {
+	es, err := s.db.ChangeEvents(ctx, ch.ProjectID, id)
+	if err != nil {
 		return nil, err
 	}
+	// The event of its composing is only logged when it cannot be
+	// recorded; the Change itself still says when and by whom.
+	if len(es) == 0 || es[0].Type != events.ChangeComposed {
+		data, _ := json.Marshal(map[string]any{"changeId": ch.ID})
+		first := models.NamedEvent{Event: models.Event{Type: events.ChangeComposed, Data: data, CreatedAt: ch.CreatedAt}}
+		if ch.AuthorName != "" {
+			first.Actor = &ch.AuthorName
+		}
+		es = append([]models.NamedEvent{first}, es...)
+	}
+	d.Timeline = events.Lines(es)
 	return d, nil
 }
 

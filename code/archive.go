@@ -2,7 +2,6 @@ package code
 
 import (
 	"archive/tar"
-	"archive/zip"
 	"bufio"
 	"bytes"
 	"compress/gzip"
@@ -10,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"path"
 	"slices"
 	"strings"
@@ -20,18 +18,100 @@ import (
 	"atelier/workspace"
 )
 
-// ErrBadArchive is an upload that cannot become a project's tree: not a
-// .tar.gz or .zip, a path that breaks the rules, a link out, too big.
-var ErrBadArchive = fault.New(fault.BadInput, "bad_archive", "code: bad archive", "Bad archive.")
-
-// Limits of what one import may unpack, against archive bombs.
-const (
-	maxArchiveFiles = 100_000
-	maxArchiveBytes = 2 << 30 // unpacked, link texts included
-	maxLinkTarget   = 4096    // PATH_MAX: no system follows a longer link
+var (
+	// ErrBadArchive is an upload that cannot become a project's tree: not
+	// a .tar.gz or .zip, a path that breaks the rules, a link out.
+	ErrBadArchive = fault.New(fault.BadInput, "bad_archive", "code: bad archive", "Bad archive.")
+	// ErrArchiveTooLarge is an archive that unpacks to more than an
+	// import takes: more entries, more bytes, or longer names.
+	ErrArchiveTooLarge = fault.New(fault.BadInput, "archive_too_large", "code: archive too large", "The archive is too large.")
 )
 
-type entryKind int
+// Limits of what one import may unpack, against archive bombs, besides
+// ImportLimits.MaxExpandedBytes.
+const (
+	maxArchiveEntries = 100_000 // files, folders and links, the archive's root and metadata included
+	// maxArchiveNames bounds the names and link texts an archive's
+	// entries hold together: the tree is checked whole, so they are all
+	// in memory at once.
+	maxArchiveNames = 32 << 20
+	// maxEntryName is longer than any name that can pass the path rules,
+	// whatever top folder is unwrapped.
+	maxEntryName  = 3 * workspace.MaxRelPath
+	maxLinkTarget = 4096 // PATH_MAX: no system follows a longer link
+)
+
+// expansion counts what an archive unpacks to while it is read, against
+// the import's bounds: the entry or the byte that crosses one ends the read
+// at once, before anything more of the archive is decompressed or kept.
+type expansion struct {
+	maxBytes int64 // ImportLimits.MaxExpandedBytes
+	entries  int
+	bytes    int64 // files' contents and links' texts
+	names    int64 // names and links' texts, which the tree check keeps
+}
+
+// entry counts one more entry, whose name is nameLen bytes long.
+func (x *expansion) entry(nameLen int) error {
+	if x.entries++; x.entries > maxArchiveEntries {
+		return x.tooManyEntries()
+	}
+	if nameLen > maxEntryName {
+		return fault.Detailf(ErrBadArchive, ": an entry's name is %d bytes long, longer than any path may be", nameLen)
+	}
+	return x.keep(nameLen)
+}
+
+func (x *expansion) tooManyEntries() error {
+	return fault.Detailf(ErrArchiveTooLarge, ": it holds more than %d entries (files, folders and links), as many as an import takes", maxArchiveEntries)
+}
+
+// keep counts n bytes of names or links' texts.
+func (x *expansion) keep(n int) error {
+	if x.names += int64(n); x.names > maxArchiveNames {
+		return fault.Detailf(ErrArchiveTooLarge, ": its names and links take more than %s", sizeText(maxArchiveNames))
+	}
+	return nil
+}
+
+// add counts n bytes of contents.
+func (x *expansion) add(n int64) error {
+	if n < 0 || n > x.maxBytes-x.bytes {
+		return fault.Detailf(ErrArchiveTooLarge, ": it unpacks to more than %s (ATELIER_IMPORT_MAX_EXPANDED_BYTES)", sizeText(x.maxBytes))
+	}
+	x.bytes += n
+	return nil
+}
+
+// counted is r with every byte read from it counted by x; the read that
+// crosses the bound fails and hands nothing on.
+func (x *expansion) counted(r io.Reader) io.Reader { return &countedReader{r: r, x: x} }
+
+type countedReader struct {
+	r io.Reader
+	x *expansion
+}
+
+func (c *countedReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if aerr := c.x.add(int64(n)); aerr != nil {
+		return 0, aerr
+	}
+	return n, err
+}
+
+// sizeText writes a bound the way a person reads it: "1 GiB", "32 MiB".
+func sizeText(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+type entryKind uint8
 
 const (
 	kindDir entryKind = iota + 1
@@ -39,14 +119,15 @@ const (
 	kindLink
 )
 
-// archiveEntry is one member of an archive, whatever the format.
+// archiveEntry is one member of an archive, whatever the format. An
+// archive may hold 100,000 of them, all in memory while the tree is
+// checked, so it stays small (48 bytes and its name).
 type archiveEntry struct {
 	name       string // as the archive says, without "./" and a trailing slash
+	link       string // a link's text
+	size       int64
 	kind       entryKind
 	executable bool
-	size       int64
-	link       string    // a link's text
-	zf         *zip.File // a zip member's content
 }
 
 // archive is what the first reading of an upload learns: its entries, and
@@ -63,11 +144,14 @@ type archive struct {
 // written to any filesystem: the archive is read once to check every entry
 // against the whole tree it describes (paths as for an edit, links that
 // stay inside once every link of the tree is followed, no path below a
-// link), and only then a second time to stream file contents into git. A
-// single folder holding everything (as in a GitHub download) is unwrapped.
-// wrote hears the size of each file once it is in git.
+// link), and only then a second time to stream file contents into git.
+// Both readings count what the archive unpacks to as they go (the first
+// what its entries declare, the second what their contents really are)
+// and stop at the first entry or byte past a bound. A single folder
+// holding everything (as in a GitHub download) is unwrapped. wrote hears
+// the size of each file once it is in git.
 func (s *Service) writeArchiveTree(ctx context.Context, repo *gitsvc.Repo, r io.ReaderAt, size int64, wrote func(size int64)) (string, error) {
-	a, err := readArchive(r, size)
+	a, err := readArchive(r, size, &expansion{maxBytes: s.limits.MaxExpandedBytes})
 	if err != nil {
 		return "", err
 	}
@@ -75,6 +159,7 @@ func (s *Service) writeArchiveTree(ctx context.Context, repo *gitsvc.Repo, r io.
 	if err != nil {
 		return "", err
 	}
+	streamed := &expansion{maxBytes: s.limits.MaxExpandedBytes}
 	return s.git.BuildTree(ctx, repo, func(b *gitsvc.TreeBuilder) error {
 		for i, e := range a.entries {
 			if e.kind == kindLink && paths[i] != "" {
@@ -85,7 +170,10 @@ func (s *Service) writeArchiveTree(ctx context.Context, repo *gitsvc.Repo, r io.
 		}
 		return a.contents(func(i int, content io.Reader) error {
 			e := a.entries[i]
-			if err := b.File(paths[i], e.executable, e.size, content); err != nil {
+			if err := b.File(paths[i], e.executable, e.size, streamed.counted(content)); err != nil {
+				if errors.Is(err, ErrArchiveTooLarge) || errors.Is(err, ErrBadArchive) {
+					return err // the archive's reader said what is wrong
+				}
 				return fault.Detailf(ErrBadArchive, ": %q: %w", e.name, err)
 			}
 			wrote(e.size)
@@ -94,16 +182,16 @@ func (s *Service) writeArchiveTree(ctx context.Context, repo *gitsvc.Repo, r io.
 	})
 }
 
-func readArchive(r io.ReaderAt, size int64) (*archive, error) {
+func readArchive(r io.ReaderAt, size int64, x *expansion) (*archive, error) {
 	head := make([]byte, 4)
 	if _, err := r.ReadAt(head, 0); err != nil {
 		return nil, fault.Detailf(ErrBadArchive, ": too short to be an archive")
 	}
 	switch {
 	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
-		return readTarGz(r, size)
+		return readTarGz(r, size, x)
 	case bytes.HasPrefix(head, []byte("PK\x03\x04")), bytes.HasPrefix(head, []byte("PK\x05\x06")):
-		return readZip(r, size)
+		return readZip(r, size, x)
 	}
 	return nil, fault.Detailf(ErrBadArchive, ": upload a .tar.gz or .zip file")
 }
@@ -115,17 +203,13 @@ func planTree(entries []archiveEntry) ([]string, error) {
 	t := &plannedTree{root: &node{kind: kindDir}}
 	paths := make([]string, len(entries))
 	links := make([]*node, len(entries))
-	var total int64
 	for i, e := range entries {
 		name := strings.TrimPrefix(e.name, prefix)
 		if name == "" {
 			continue
 		}
-		if err := workspace.CheckRelPath(name); err != nil {
+		if err := workspace.CheckNewPath(name); err != nil {
 			return nil, fault.Detailf(ErrBadArchive, ": %q: %w", e.name, err)
-		}
-		if total += e.size + int64(len(e.link)); total > maxArchiveBytes {
-			return nil, fault.Detailf(ErrBadArchive, ": more than %d GiB unpacked", maxArchiveBytes>>30)
 		}
 		n, err := t.add(name, e)
 		if err != nil {
@@ -334,13 +418,23 @@ func cleanName(name string) string {
 	return name
 }
 
-// readTarGz reads a gzip'd tar's headers. A tar has no index, so the
-// contents are read by a second pass over the same bytes.
-func readTarGz(r io.ReaderAt, size int64) (*archive, error) {
+// readTarGz reads a gzip'd tar's headers, counting each against x as it
+// comes: a header's declared size is counted before its content is
+// decompressed to reach the next. A tar has no index, so the contents are
+// read by a second pass over the same bytes.
+func readTarGz(r io.ReaderAt, size int64, x *expansion) (*archive, error) {
 	a := &archive{}
 	err := walkTar(r, size, func(h *tar.Header, _ io.Reader) error {
-		if len(a.entries) >= maxArchiveFiles {
-			return fault.Detailf(ErrBadArchive, ": more than %d entries", maxArchiveFiles)
+		// Every header counts, those skipped below included: their
+		// contents are decompressed all the same.
+		if err := x.entry(len(h.Name)); err != nil {
+			return err
+		}
+		if err := x.add(max(h.Size, 0) + int64(len(h.Linkname))); err != nil {
+			return err
+		}
+		if skippedTar(h) {
+			return nil
 		}
 		e := archiveEntry{name: cleanName(h.Name)}
 		switch h.Typeflag {
@@ -349,6 +443,9 @@ func readTarGz(r io.ReaderAt, size int64) (*archive, error) {
 		case tar.TypeSymlink:
 			if len(h.Linkname) > maxLinkTarget {
 				return fault.Detailf(ErrBadArchive, ": %q is a link of more than %d bytes", h.Name, maxLinkTarget)
+			}
+			if err := x.keep(len(h.Linkname)); err != nil {
+				return err
 			}
 			e.kind, e.link = kindLink, h.Linkname
 		case tar.TypeReg:
@@ -365,6 +462,9 @@ func readTarGz(r io.ReaderAt, size int64) (*archive, error) {
 	a.contents = func(each func(int, io.Reader) error) error {
 		i := -1
 		return walkTar(r, size, func(h *tar.Header, content io.Reader) error {
+			if skippedTar(h) {
+				return nil
+			}
 			i++
 			if i >= len(a.entries) || a.entries[i].name != cleanName(h.Name) {
 				return fault.Detailf(ErrBadArchive, ": the archive changed while it was read")
@@ -378,8 +478,13 @@ func readTarGz(r io.ReaderAt, size int64) (*archive, error) {
 	return a, nil
 }
 
-// walkTar calls each for every member of the gzip'd tar that becomes an
-// entry, the same ones on every walk.
+// skippedTar tells the tar members that are no entry of the tree: pax
+// metadata (git archive's commit id) and the root itself.
+func skippedTar(h *tar.Header) bool {
+	return h.Typeflag == tar.TypeXGlobalHeader || cleanName(h.Name) == ""
+}
+
+// walkTar calls each for every member of the gzip'd tar, in order.
 func walkTar(r io.ReaderAt, size int64, each func(h *tar.Header, content io.Reader) error) error {
 	gz, err := gzip.NewReader(bufio.NewReaderSize(io.NewSectionReader(r, 0, size), 256<<10))
 	if err != nil {
@@ -394,85 +499,8 @@ func walkTar(r io.ReaderAt, size int64, each func(h *tar.Header, content io.Read
 		if err != nil {
 			return fault.Detailf(ErrBadArchive, ": %w", err)
 		}
-		if h.Typeflag == tar.TypeXGlobalHeader || cleanName(h.Name) == "" {
-			continue // pax metadata (git archive's commit id), the root itself
-		}
 		if err := each(h, tr); err != nil {
 			return err
 		}
 	}
-}
-
-// readZip reads a zip's central directory and the text of its links.
-func readZip(r io.ReaderAt, size int64) (*archive, error) {
-	zr, err := zip.NewReader(r, size)
-	if err != nil {
-		return nil, fault.Detailf(ErrBadArchive, ": %w", err)
-	}
-	if len(zr.File) > maxArchiveFiles {
-		return nil, fault.Detailf(ErrBadArchive, ": more than %d entries", maxArchiveFiles)
-	}
-	a := &archive{}
-	for _, zf := range zr.File {
-		e := archiveEntry{name: cleanName(zf.Name), zf: zf}
-		if e.name == "" {
-			continue
-		}
-		switch mode := zf.Mode(); {
-		case mode.IsDir():
-			e.kind = kindDir
-		case mode&fs.ModeSymlink != 0:
-			link, err := readLinkText(zf)
-			if err != nil {
-				return nil, err
-			}
-			e.kind, e.link = kindLink, link
-		case mode.IsRegular():
-			if zf.UncompressedSize64 > maxArchiveBytes {
-				return nil, fault.Detailf(ErrBadArchive, ": more than %d GiB unpacked", maxArchiveBytes>>30)
-			}
-			e.kind, e.size, e.executable = kindFile, int64(zf.UncompressedSize64), mode&0o111 != 0
-		default:
-			return nil, fault.Detailf(ErrBadArchive, ": %q is neither a file, a folder nor a link", zf.Name)
-		}
-		a.entries = append(a.entries, e)
-	}
-	a.contents = func(each func(int, io.Reader) error) error {
-		for i, e := range a.entries {
-			if e.kind != kindFile {
-				continue
-			}
-			if err := openAndRead(e, i, each); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return a, nil
-}
-
-func openAndRead(e archiveEntry, i int, each func(int, io.Reader) error) error {
-	rc, err := e.zf.Open()
-	if err != nil {
-		return fault.Detailf(ErrBadArchive, ": %q: %w", e.zf.Name, err)
-	}
-	defer rc.Close()
-	return each(i, rc)
-}
-
-// readLinkText reads a zip link's text, its content.
-func readLinkText(zf *zip.File) (string, error) {
-	rc, err := zf.Open()
-	if err != nil {
-		return "", fault.Detailf(ErrBadArchive, ": %q: %w", zf.Name, err)
-	}
-	defer rc.Close()
-	link, err := io.ReadAll(io.LimitReader(rc, maxLinkTarget+1))
-	if err != nil {
-		return "", fault.Detailf(ErrBadArchive, ": %q: %w", zf.Name, err)
-	}
-	if len(link) > maxLinkTarget {
-		return "", fault.Detailf(ErrBadArchive, ": %q is a link of more than %d bytes", zf.Name, maxLinkTarget)
-	}
-	return string(link), nil
 }

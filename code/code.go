@@ -45,26 +45,46 @@ type Service struct {
 	db      *models.Store
 	log     *slog.Logger
 	limits  ImportLimits
-	running *limits.Gate[int64] // imports running, by project
+	running *limits.Gate[int64] // imports running on this instance
 }
 
 // ImportLimits bound imports, each of which holds a git process, an
 // upload and a publish; zero fields take the defaults.
 type ImportLimits struct {
-	Running int // imports running at once on the instance (one per project); 2
+	Running int // imports running at once on the instance; 2
 	PerHour int // imports one person may start in an hour; 30
+	// MaxExpandedBytes bounds what one archive unpacks to, its files'
+	// contents and links' texts together; 1 GiB.
+	MaxExpandedBytes int64
+}
+
+// DefaultMaxExpandedBytes is ImportLimits.MaxExpandedBytes when unset.
+const DefaultMaxExpandedBytes = 1 << 30
+
+// Options are what a Service works with.
+type Options struct {
+	Workspace *workspace.Workspaces
+	Git       *gitsvc.Service
+	Code      *codestore.Store
+	DB        *models.Store
+	Log       *slog.Logger
+	Imports   ImportLimits
 }
 
 // NewService returns a Service.
-func NewService(ws *workspace.Workspaces, git *gitsvc.Service, store *codestore.Store, db *models.Store, log *slog.Logger, il ImportLimits) *Service {
+func NewService(o Options) *Service {
+	ws, git, store, db, log, il := o.Workspace, o.Git, o.Code, o.DB, o.Log, o.Imports
 	if il.Running <= 0 {
 		il.Running = 2
 	}
 	if il.PerHour <= 0 {
 		il.PerHour = 30
 	}
+	if il.MaxExpandedBytes <= 0 {
+		il.MaxExpandedBytes = DefaultMaxExpandedBytes
+	}
 	return &Service{ws: ws, git: git, store: store, db: db, log: log, limits: il,
-		running: limits.NewGate[int64](1, il.Running, ErrImportBusy)}
+		running: limits.NewGate[int64](0, il.Running, ErrImportBusy)}
 }
 
 // Entry is one item of a folder listing.
@@ -90,6 +110,10 @@ type File struct {
 	Size     int64  `json:"size"`
 	Binary   bool   `json:"binary"`
 	TooLarge bool   `json:"tooLarge"`
+	// ReadOnly is a name that may be read but never written through
+	// Atelier (workspace.CheckNewPath): it came in before the rule, or a
+	// Local folder's owner wrote it.
+	ReadOnly bool   `json:"readOnly,omitempty"`
 	Text     string `json:"-"`
 }
 
@@ -163,7 +187,7 @@ func (s *Service) Read(ctx context.Context, p *models.Project, path string) (Fil
 	if err != nil {
 		return File{}, err
 	}
-	f := File{Path: path, Size: size, Binary: isBinary(data)}
+	f := File{Path: path, Size: size, Binary: isBinary(data), ReadOnly: workspace.CheckNewPath(path) != nil}
 	switch {
 	case f.Binary:
 	case size > DisplayLimit:

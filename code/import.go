@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
+	"atelier/events"
 	"atelier/fault"
 	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/projects"
 	"atelier/storage/codestore"
+	"atelier/workspace"
 )
 
 var (
@@ -23,13 +26,12 @@ var (
 	// ErrImportBusy is an import while the project has one running, or the
 	// instance as many as it allows.
 	ErrImportBusy = fault.New(fault.Limit, "import_busy", "code: an import is running; try again when it is done", "An import of this project is running, or the server runs as many as it allows; try again when it is done.")
+	// ErrBadSourceTree is a git source whose tree holds a path that may
+	// not enter a project (workspace.CheckNewPath).
+	ErrBadSourceTree = fault.New(fault.BadInput, "bad_source_tree", "code: the source's tree holds a path that may not enter a project", "The repository holds a path Atelier does not take")
 	// ErrTooManyImports is an import past a person's hourly bound.
 	ErrTooManyImports = fault.New(fault.Limit, "too_many_imports", "code: you started as many imports as an hour allows", "You started as many imports as an hour allows; try again later.")
 )
-
-// importEvent is the event each admitted import leaves in the log; the
-// hourly bound counts them.
-const importEvent = "code.import"
 
 // ImportInput is an uploaded archive or a git source to clone.
 type ImportInput struct {
@@ -71,25 +73,75 @@ func (in ImportInput) report(st ImportStep) {
 	}
 }
 
+// Admission is an import's place, taken before anything of the request's
+// body is read: a project that takes no imports, a project or instance
+// busy with imports, or a person past their hourly bound is refused
+// without an upload being received. Whoever holds it reads what to import
+// (an upload waits in a temporary file of the import's own, so the imports
+// running at once bound those files too), then calls Import. Release frees
+// the place.
+type Admission struct {
+	acc     *projects.Access
+	release func()
+}
+
+// Release gives the import's place back; calling it again does nothing.
+func (a *Admission) Release() { a.release() }
+
+// Admit takes an import's place in acc's project: it must be a Container
+// project that is not archived, with no import running on any instance
+// (an advisory lock of the project's, held until Release), this instance
+// under ATELIER_IMPORTS_MAX running ones and the person under their
+// hourly bound. The place is taken first, so an import refused as busy
+// does not use up the hour; the hour is looked at here and counted by
+// Import.
+func (s *Service) Admit(ctx context.Context, acc *projects.Access) (*Admission, error) {
+	p := acc.Project
+	if p.WorkspaceMode == models.ModeLocal {
+		return nil, ErrLocalProject
+	}
+	if p.Archived() {
+		return nil, projects.ErrArchived
+	}
+	release, err := s.running.Enter(p.ID)
+	if err != nil {
+		return nil, err
+	}
+	// One import of a project at a time, whichever instance runs it: two
+	// would each commit onto canonical what the other never saw.
+	unlock, err := s.db.HoldImportLock(ctx, p.ID)
+	if errors.Is(err, models.ErrLockHeld) {
+		err = ErrImportBusy
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
+	leave := release
+	release = func() { unlock(); leave() }
+	room, wait, err := s.db.RoomWithin(ctx, events.CodeImported, acc.User.ID, time.Hour, s.limits.PerHour)
+	if err == nil && !room {
+		err = fault.WithRetryAfter(ErrTooManyImports, max(wait, time.Second))
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return &Admission{acc: acc, release: release}, nil
+}
+
 // Import makes one commit on canonical from an archive (its files become
 // the tree) or from a git source (its HEAD's tree, with the source's history
 // kept as a second parent), then publishes it.
-func (s *Service) Import(ctx context.Context, acc *projects.Access, in ImportInput) (Imported, error) {
+func (s *Service) Import(ctx context.Context, adm *Admission, in ImportInput) (Imported, error) {
+	acc := adm.acc
 	p := acc.Project
-	if p.WorkspaceMode == models.ModeLocal {
-		return Imported{}, ErrLocalProject
-	}
-	if p.Archived() {
-		return Imported{}, projects.ErrArchived
-	}
 	if in.Archive == nil && in.Source == "" {
 		return Imported{}, ErrNothingToImport
 	}
-	release, err := s.admitImport(ctx, acc, in)
-	if err != nil {
+	if err := s.countImport(ctx, acc, in); err != nil {
 		return Imported{}, err
 	}
-	defer release()
 	repo, err := s.git.OpenBare(projects.CanonicalName(p.ID))
 	if err != nil {
 		return Imported{}, fmt.Errorf("%w: %w", ErrNoCanonical, err)
@@ -124,16 +176,27 @@ func (s *Service) importInto(ctx context.Context, acc *projects.Access, repo *gi
 	in.report(written)
 
 	var commitOnto func(ctx context.Context, parent string) (string, error)
+	var tree string
 	switch {
 	case in.Archive != nil:
 		// Reading the archive into git is the slow part; it runs before
 		// the project is locked, and nothing refers to its objects until
-		// the commit below.
-		tree, err := s.writeArchiveTree(ctx, repo, in.Archive, in.Size, func(size int64) {
+		// the commit below. The files are counted as they go in: the
+		// first that takes the tree past the project's bound stops it.
+		writing, stop := context.WithCancelCause(ctx)
+		defer stop(nil)
+		var err error
+		tree, err = s.writeArchiveTree(writing, repo, in.Archive, in.Size, func(size int64) {
 			written.Files++
 			written.Bytes += size
 			in.report(written)
+			if err := s.store.CheckProjectBytes(written.Bytes); err != nil {
+				stop(err)
+			}
 		})
+		if cause := context.Cause(writing); err != nil && errors.Is(cause, codestore.ErrProjectTooLarge) {
+			err = cause
+		}
 		if err != nil {
 			return "", written, err
 		}
@@ -144,20 +207,15 @@ func (s *Service) importInto(ctx context.Context, acc *projects.Access, repo *gi
 		sourceHead, err := s.git.FetchInto(ctx, repo, in.Source, acc.User.IsAdmin)
 		var gitErr *gitsvc.GitError
 		if errors.As(err, &gitErr) || errors.Is(err, gitsvc.ErrUnreachable) {
-			// git's own words and a resolver's name servers are not for the
-			// person; they get the sanitized source, the log the exit status.
-			if gitErr != nil {
-				s.log.Warn("import fetch failed", "project", p.ID, "source", gitsvc.SanitizeURL(in.Source), "exit", gitErr.ExitCode)
-			} else {
-				s.log.Warn("import fetch failed", "project", p.ID, "err", err)
-			}
-			return "", written, fault.Detailf(ErrSourceFailed, ": %s", gitsvc.SanitizeURL(in.Source))
+			return "", written, s.fetchFailed(p, in.Source, gitErr, err)
 		}
 		if err != nil {
 			return "", written, err
 		}
-		tree, err := s.git.ResolveTree(ctx, repo, sourceHead)
-		if err != nil {
+		if tree, err = s.git.ResolveTree(ctx, repo, sourceHead); err != nil {
+			return "", written, err
+		}
+		if err := s.checkSourceTree(ctx, repo, sourceHead); err != nil {
 			return "", written, err
 		}
 		commitOnto = func(ctx context.Context, parent string) (string, error) {
@@ -166,27 +224,39 @@ func (s *Service) importInto(ctx context.Context, acc *projects.Access, repo *gi
 	default:
 		return "", written, ErrNothingToImport
 	}
+	// The whole tree, links and a git source's files too, before anything
+	// refers to it: a tree past the bound is never committed nor stored.
+	size, err := s.git.TreeBytes(ctx, repo, tree)
+	if err != nil {
+		return "", written, err
+	}
+	if err := s.store.CheckProjectBytes(size); err != nil {
+		return "", written, err
+	}
 
 	in.report(ImportStep{Phase: PhaseCommitting, Files: written.Files, Bytes: written.Bytes})
-	var commit string
-	err := s.db.Tx(ctx, func(tx *models.Store) error {
+	// The repository stays locked from reading its head to recording the
+	// new commit, so no other writer slips in between; the transaction
+	// that records it holds SQL alone, and takes the project's row after
+	// the repository, in the order a release takes them.
+	ctx, release, err := s.git.Hold(ctx, repo.GitDir, true)
+	if err != nil {
+		return "", written, err
+	}
+	defer release()
+	// The repository's head is the parent, so a row that lags behind
+	// after a crash (or a failed record below) catches up here instead of
+	// wedging every import.
+	parent, _, err := s.git.Head(ctx, repo)
+	if err != nil {
+		return "", written, err
+	}
+	commit, err := commitOnto(ctx, parent)
+	if err != nil {
+		return "", written, err
+	}
+	err = s.db.Tx(ctx, func(tx *models.Store) error {
 		if _, err := tx.LockProject(ctx, p.ID); err != nil {
-			return err
-		}
-		// The repository stays locked from reading its head to recording the
-		// new commit, so no other writer slips in between.
-		ctx, release, err := s.git.Hold(ctx, repo.GitDir, true)
-		if err != nil {
-			return err
-		}
-		defer release()
-		// The repository's head is the parent, so a row that lags behind
-		// after a crash catches up here instead of wedging every import.
-		parent, _, err := s.git.Head(ctx, repo)
-		if err != nil {
-			return err
-		}
-		if commit, err = commitOnto(ctx, parent); err != nil {
 			return err
 		}
 		return tx.SetCanonicalCommit(ctx, p.ID, commit)
@@ -198,16 +268,49 @@ func (s *Service) importInto(ctx context.Context, acc *projects.Access, repo *gi
 	return commit, written, nil
 }
 
-// admitImport takes the project's import place and counts the import
-// against the person's hourly bound, site admins included: an import
-// costs the server the same whoever starts it, and the operator raises the
-// bound when people need more. The place is taken first, so an import
-// refused as busy does not use up the hour.
-func (s *Service) admitImport(ctx context.Context, acc *projects.Access, in ImportInput) (release func(), err error) {
-	release, err = s.running.Enter(acc.Project.ID)
-	if err != nil {
-		return nil, err
+// fetchFailed is the refusal of a source git could not fetch, and its
+// line in the log. Both carry the source without its credentials and what
+// git said, which is what tells a missing repository from a refused token
+// or an unreachable host: bounded, one line, and with the source's
+// credentials kept out (GitError.Said). A resolver's failure names the
+// server's name servers, so the person gets only the source.
+func (s *Service) fetchFailed(p *models.Project, source string, gitErr *gitsvc.GitError, err error) error {
+	source = gitsvc.SanitizeURL(source)
+	if gitErr == nil {
+		s.log.Warn("import fetch failed", "project", p.ID, "source", source, "err", err)
+		return fault.Detailf(ErrSourceFailed, ": %s", source)
 	}
+	said := gitErr.Said()
+	s.log.Warn("import fetch failed", "project", p.ID, "source", source, "exit", gitErr.ExitCode, "git", said)
+	if said == "" {
+		return fault.Detailf(ErrSourceFailed, ": %s", source)
+	}
+	return fault.Detailf(ErrSourceFailed, ": %s. Git said: %s", source, strings.TrimRight(said, ". "))
+}
+
+// checkSourceTree refuses a fetched tree that holds a path an archive's
+// entry could not have: git stores any name but NUL and /, and a source's
+// history is taken as it is, so its names are checked like every path that
+// enters a project. Nothing refers to the fetched objects until the commit.
+func (s *Service) checkSourceTree(ctx context.Context, repo *gitsvc.Repo, commit string) error {
+	paths, err := s.git.Paths(ctx, repo, commit)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		if err := workspace.CheckNewPath(p); err != nil {
+			return fault.Detailf(ErrBadSourceTree, ": %w", err)
+		}
+	}
+	return nil
+}
+
+// countImport counts the import against the person's hourly bound, site
+// admins included: an import costs the server the same whoever starts it,
+// and the operator raises the bound when people need more. Admit looked
+// at the bound before the upload was read; this is the count that holds
+// when two imports of one person race.
+func (s *Service) countImport(ctx context.Context, acc *projects.Access, in ImportInput) error {
 	what := in.Filename
 	if in.Archive == nil {
 		what = gitsvc.SanitizeURL(in.Source)
@@ -217,14 +320,10 @@ func (s *Service) admitImport(ctx context.Context, acc *projects.Access, in Impo
 	// import and delete their way past the bound.
 	data, _ := json.Marshal(map[string]any{"project": acc.Project.ID, "from": what})
 	uid := acc.User.ID
-	admitted, wait, err := s.db.AddEventWithin(ctx, &models.Event{Type: importEvent, ActorID: &uid, Data: data},
+	admitted, wait, err := s.db.AddEventWithin(ctx, &models.Event{Type: events.CodeImported, ActorID: &uid, Data: data},
 		time.Hour, s.limits.PerHour)
 	if err == nil && !admitted {
 		err = fault.WithRetryAfter(ErrTooManyImports, max(wait, time.Second))
 	}
-	if err != nil {
-		release()
-		return nil, err
-	}
-	return release, nil
+	return err
 }

@@ -4,10 +4,14 @@ import (
 	"archive/tar"
 	"archive/zip"
 	"bytes"
+	"compress/flate"
 	"compress/gzip"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -19,10 +23,10 @@ import (
 
 	"atelier/auth"
 	"atelier/code"
-	"atelier/internal/stacktest"
 	"atelier/models"
-	"atelier/pgembed/pgtest"
 	"atelier/projects"
+	"atelier/testrig/pgtest"
+	"atelier/testrig/stacktest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -30,6 +34,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // env is a code service over real parts: a migrated database, git, a local
 // object store and a Container project with its canonical repository.
 type env struct {
+	st     *stacktest.Stack
 	code   *code.Service
 	acc    *projects.Access
 	gitDir string
@@ -45,21 +50,41 @@ func newEnv(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	// No session ender: this service only creates the project.
-	p, err := projects.NewService(st.DB, st.WS, st.Git, st.Code, nil, time.Now, st.Log, 0).Create(ctx, user, projects.CreateInput{Name: "imports"})
+	p, err := projects.NewService(projects.Options{Store: st.DB, Workspace: st.WS, Git: st.Git, Code: st.Code,
+		Now: time.Now, Log: st.Log}).Create(ctx, user, projects.CreateInput{Name: "imports"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &env{
-		code:   code.NewService(st.WS, st.Git, st.Code, st.DB, st.Log, code.ImportLimits{}),
+		st:     st,
+		code:   code.NewService(code.Options{Workspace: st.WS, Git: st.Git, Code: st.Code, DB: st.DB, Log: st.Log}),
 		acc:    &projects.Access{Project: p, User: user, Role: auth.RoleOwner},
 		gitDir: filepath.Join(st.Dir, "git", projects.CanonicalName(p.ID)+".git"),
 		base:   st.Dir,
 	}
 }
 
+// instance is another instance's code service on the same database, git
+// and object store.
+func (e *env) instance() *code.Service {
+	st := e.st
+	return code.NewService(code.Options{Workspace: st.WS, Git: st.Git, Code: st.Code, DB: st.DB, Log: st.Log})
+}
+
 func (e *env) importArchive(t testing.TB, name string, archive []byte) (string, error) {
 	t.Helper()
-	done, err := e.code.Import(context.Background(), e.acc, code.ImportInput{Archive: bytes.NewReader(archive), Size: int64(len(archive)), Filename: name})
+	return importThrough(t, e.code, e.acc, name, archive)
+}
+
+func importThrough(t testing.TB, svc *code.Service, acc *projects.Access, name string, archive []byte) (string, error) {
+	t.Helper()
+	ctx := context.Background()
+	adm, err := svc.Admit(ctx, acc)
+	if err != nil {
+		return "", err
+	}
+	defer adm.Release()
+	done, err := svc.Import(ctx, adm, code.ImportInput{Archive: bytes.NewReader(archive), Size: int64(len(archive)), Filename: name})
 	return done.Commit, err
 }
 
@@ -418,6 +443,94 @@ func TestImportRefusals(t *testing.T) {
 	}
 }
 
+// Zips are read by the import's own reader of their directory: what other
+// writers produce imports as archive/zip would read it (a zip64 end record
+// past 65,535 entries, folders made on Windows, a file made on Unix with
+// its executable bit), and a zip that says one thing in its directory and
+// another in its data is refused naming what is wrong.
+func TestImportReadsZipDirectories(t *testing.T) {
+	e := newEnv(t)
+	build := func(add func(zw *zip.Writer)) []byte {
+		var buf bytes.Buffer
+		zw := zip.NewWriter(&buf)
+		add(zw)
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+
+	// More entries than the classic end record can count: archive/zip
+	// writes the zip64 one.
+	wide := build(func(zw *zip.Writer) {
+		for i := range 70_000 {
+			zw.Create(fmt.Sprintf("d/%05d/", i))
+		}
+		w, _ := zw.CreateHeader(&zip.FileHeader{Name: "d/run.sh", Method: zip.Deflate, CreatorVersion: 3 << 8, ExternalAttrs: 0o100755 << 16})
+		io.WriteString(w, "#!/bin/sh\n")
+		w, _ = zw.CreateHeader(&zip.FileHeader{Name: "d/DOS", Method: zip.Store, ExternalAttrs: 0x10}) // a folder made on FAT
+		_ = w
+	})
+	if _, err := e.importArchive(t, "wide.zip", wide); err != nil {
+		t.Fatalf("a zip64 archive: %v", err)
+	}
+	if got := e.git(t, "ls-tree", "-r", "--format=%(objectmode) %(path)", "main"); got != "100755 run.sh" {
+		t.Fatalf("the zip64 archive's tree: %q", got)
+	}
+
+	bodyOf := func(s string) []byte {
+		var b bytes.Buffer
+		w, _ := flate.NewWriter(&b, flate.DefaultCompression)
+		io.WriteString(w, s)
+		w.Close()
+		return b.Bytes()
+	}
+	raw := func(h *zip.FileHeader, packed []byte) []byte {
+		return build(func(zw *zip.Writer) {
+			w, err := zw.CreateRaw(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Write(packed)
+		})
+	}
+	body := bodyOf("hello\n")
+	good := &zip.FileHeader{Name: "a.txt", Method: zip.Deflate, CRC32: crc32.ChecksumIEEE([]byte("hello\n")),
+		CompressedSize64: uint64(len(body)), UncompressedSize64: 6}
+	with := func(change func(*zip.FileHeader)) *zip.FileHeader { h := *good; change(&h); return &h }
+	// One entry more in the directory than its end record counts.
+	extra := build(func(zw *zip.Writer) {
+		zw.Create("one.txt")
+		zw.Create("two.txt")
+	})
+	end := bytes.LastIndex(extra, []byte("PK\x05\x06"))
+	binary.LittleEndian.PutUint16(extra[end+8:], 1)
+	binary.LittleEndian.PutUint16(extra[end+10:], 1)
+
+	cases := []struct {
+		name, saying string
+		archive      []byte
+	}{
+		{"wrong checksum", "does not match its checksum", raw(with(func(h *zip.FileHeader) { h.CRC32++ }), body)},
+		{"longer than it says", "holds more than its directory entry says", raw(with(func(h *zip.FileHeader) { h.UncompressedSize64 = 3 }), body)},
+		{"shorter than it says", "shorter than its directory entry says", raw(with(func(h *zip.FileHeader) { h.UncompressedSize64 = 60 }), body)},
+		{"encrypted", "is encrypted", raw(with(func(h *zip.FileHeader) { h.Flags |= 1 }), body)},
+		{"another method", "method 12", raw(with(func(h *zip.FileHeader) { h.Method = 12 }), body)},
+		{"uncounted entry", "more than the 1 entries its end record says", extra},
+		{"no end record", "no end record", wide[:len(wide)-22]},
+	}
+	main := e.git(t, "rev-parse", "refs/heads/main")
+	for _, c := range cases {
+		_, err := e.importArchive(t, c.name+".zip", c.archive)
+		if !errors.Is(err, code.ErrBadArchive) || !strings.Contains(err.Error(), c.saying) {
+			t.Errorf("%s: got %v, want ErrBadArchive saying %q", c.name, err, c.saying)
+		}
+	}
+	if got := e.git(t, "rev-parse", "refs/heads/main"); got != main {
+		t.Fatal("a refused import moved main")
+	}
+}
+
 // An archive of 10,000 small files in 100 folders: the import should cost
 // about what `git add -A && git commit` of the same files costs.
 func BenchmarkImport10k(b *testing.B) {
@@ -432,5 +545,48 @@ func BenchmarkImport10k(b *testing.B) {
 		if _, err := e.importArchive(b, "big.tar.gz", archive); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A project runs one import at a time whichever instance it reaches: while
+// one instance holds the project's import, another instance on the same
+// database refuses the next as busy, before anything is uploaded; once it
+// is released, the other imports. An instance that dies holding one (its
+// database connection gone) frees the project.
+func TestOneImportOfAProjectAcrossInstances(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.code, e.instance()
+	ctx := context.Background()
+	held, err := a.Admit(ctx, e.acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Admit(ctx, e.acc); !errors.Is(err, code.ErrImportBusy) {
+		t.Fatalf("a second import of the project through another instance: %v, want import_busy", err)
+	}
+	held.Release()
+	held.Release() // twice is harmless
+	if _, err := importThrough(t, b, e.acc, "b.tar.gz", tarGz(t, []member{{name: "b.txt", body: "b"}})); err != nil {
+		t.Fatalf("an import through the other instance once the first ended: %v", err)
+	}
+	if e.git(t, "show", "main:b.txt") != "b" {
+		t.Fatal("the other instance's import is not on canonical")
+	}
+
+	dying, err := b.Admit(ctx, e.acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dying.Release()
+	if _, err := a.Admit(ctx, e.acc); !errors.Is(err, code.ErrImportBusy) {
+		t.Fatalf("while the other instance holds the import: %v, want import_busy", err)
+	}
+	// The instance holding the lock loses its connection, as when it dies.
+	if err := e.st.DB.Exec(ctx, `SELECT pg_terminate_backend(pid, 10000) FROM pg_locks
+		WHERE locktype = 'advisory' AND objid = ? AND granted`, e.acc.Project.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := importThrough(t, a, e.acc, "a.tar.gz", tarGz(t, []member{{name: "a.txt", body: "a"}})); err != nil {
+		t.Fatalf("an import once the holder's connection died: %v", err)
 	}
 }

@@ -2,15 +2,15 @@
 // durable workspace on one project. Opening forks canonical (sharing its
 // objects); every changed path lives in PostgreSQL as the full text or a
 // deletion; reads go edits → the base tree in the object store → git. The
-// session ends on discard, after the idle or age limit, or when its project
-// is archived or deleted, and ending leaves nothing but a tombstone row.
+// session ends on discard, after the idle or age limit, when its project is
+// deleted or its person may no longer edit it, and ending leaves nothing
+// but a tombstone row; while its project is archived it is paused.
 //
-// Three types share the work, each built by its constructor with what it
-// needs: Sessions (opening, limits, files, changes, diffs, ends), Runtime
-// (the session's checkout on this host, its commands and the capture of
-// what they changed) and Shells (a session's interactive terminals, their
-// leases and their sandbox time). Shells uses Runtime; Sessions knows the
-// other two only as the Cleaners it runs when a session ends.
+// Sessions runs a session's life and its files; Edits serves its edits to
+// what runs for it (package workbench, which sees a session only through
+// its Identity and those edits). This package knows nothing of sandboxes
+// or terminals: what runs for a session is, to Sessions, only the Cleaners
+// it runs when a session ends.
 package editsession
 
 import (
@@ -24,6 +24,9 @@ import (
 	"strings"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"atelier/auth"
 	"atelier/events"
 	"atelier/fault"
 	"atelier/gitsvc"
@@ -48,6 +51,11 @@ const (
 	ReasonProjectDeleted = "project_deleted"
 	ReasonAdmin          = "admin"
 	ReasonSubmitted      = "submitted"
+	// ReasonRevoked: the person left the project, was removed from it or
+	// may no longer edit it.
+	ReasonRevoked = "revoked"
+	// ReasonDisabled: a site admin disabled the person's account.
+	ReasonDisabled = "disabled"
 )
 
 var (
@@ -61,7 +69,18 @@ var (
 	ErrNoBase       = fault.New(fault.Conflict, "no_base", "editsession: the project's folder is not a git repository with a commit, so there is nothing to fork", "The project's folder is not a git repository with a commit, so there is nothing to fork.")
 	ErrFileNotFound = fault.New(fault.NotFound, "not_found", "editsession: no such file", "No such file.")
 	ErrEmptyCommand = fault.New(fault.BadInput, "empty_command", "editsession: type a command to run", "Type a command to run.")
+	// ErrTooManySessions and ErrDiskFull refuse an opening past
+	// Config.MaxPerUser and Config.DiskTotal; refusals name the figures
+	// (Sessions.admit).
+	ErrTooManySessions = fault.New(fault.Limit, "too_many_sessions", "editsession: the person holds as many open sessions as one may",
+		"You have as many edit sessions open as one person may.")
+	ErrDiskFull = fault.New(fault.Full, "sandbox_disk_full", "editsession: another session's disk would pass the sessions' total",
+		"The server has no room for another edit session's disk.")
 )
+
+// DefaultMaxPerUser is how many sessions one person holds open at once,
+// across projects, unless configured.
+const DefaultMaxPerUser = 4
 
 // GoneError is a request to a session that has ended.
 type GoneError struct{ Reason string }
@@ -82,20 +101,32 @@ var goneWhy = map[string]string{
 	ReasonProjectDeleted: "the project was deleted",
 	ReasonAdmin:          "a site admin ended it",
 	ReasonSubmitted:      "it was submitted",
+	ReasonRevoked:        "you may no longer edit the project",
+	ReasonDisabled:       "your account was disabled",
 }
 
-// Config holds the limits of time, and how many sandbox users sessions
-// draw theirs from.
+// Config holds the limits of time, how many sandbox users sessions draw
+// theirs from, and how many sessions may be open.
 type Config struct {
 	Idle   time.Duration // CODE_SESSION_IDLE_MS
 	MaxAge time.Duration // CODE_SESSION_MAX_MS
 	// SandboxSlots is the size of the block of uids sessions run as
 	// (Sandboxes.UIDCount); 0 opens sessions without one.
 	SandboxSlots uint32
+	// MaxPerUser bounds the sessions one person holds open across
+	// projects (ATELIER_MAX_SESSIONS_PER_USER); 0: no bound.
+	MaxPerUser int
+	// DiskBytes is each session's disk (Sandboxes.DiskBytes) and DiskTotal
+	// what all sessions' disks may add up to (ATELIER_SANDBOX_DISK_TOTAL).
+	// A session counts with its whole disk from its opening to its end,
+	// used or not, since it may fill it at any time: so an opening that
+	// fits leaves every open session its disk. 0 in either: no bound.
+	DiskBytes, DiskTotal int64
 }
 
-// DefaultConfig is ADR 0029's: 10 idle minutes, 2 hours in all.
-var DefaultConfig = Config{Idle: 10 * time.Minute, MaxAge: 2 * time.Hour}
+// DefaultConfig is ADR 0029's: 10 idle minutes, 2 hours in all; and four
+// sessions a person.
+var DefaultConfig = Config{Idle: 10 * time.Minute, MaxAge: 2 * time.Hour, MaxPerUser: DefaultMaxPerUser}
 
 // Cleaner removes what another part of Atelier keeps for a session (its
 // shells; its processes and checkout). It must be safe to call again.
@@ -114,12 +145,28 @@ type Sessions struct {
 	now      func() time.Time
 	log      *slog.Logger
 	cleaners []Cleaner // in order, each time a session ends
+	bases    *lru.Cache[string, sessionBase]
 }
 
-// New returns the sessions; cleaners run, in order, whenever one ends.
-func New(db *models.Store, git *gitsvc.Service, code *codestore.Store, ws *workspace.Workspaces,
-	ev *events.Recorder, cfg Config, now func() time.Time, log *slog.Logger, cleaners ...Cleaner) *Sessions {
-	return &Sessions{db: db, git: git, code: code, ws: ws, events: ev, cfg: cfg, now: now, log: log, cleaners: cleaners}
+// Options are what Sessions work with.
+type Options struct {
+	DB        *models.Store
+	Git       *gitsvc.Service // the sessions' forks
+	Code      *codestore.Store
+	Workspace *workspace.Workspaces
+	Events    *events.Recorder
+	Config    Config
+	Now       func() time.Time
+	Log       *slog.Logger
+	// Cleaners run, in order, whenever a session ends.
+	Cleaners []Cleaner
+}
+
+// New returns the sessions.
+func New(o Options) *Sessions {
+	bases, _ := lru.New[string, sessionBase](cachedBases) // fails only for a size below 1
+	return &Sessions{db: o.DB, git: o.Git, code: o.Code, ws: o.Workspace, events: o.Events, cfg: o.Config, now: o.Now,
+		log: o.Log, cleaners: o.Cleaners, bases: bases}
 }
 
 // forkName is the git service's repository of session id: edit_<hex> forks
@@ -172,7 +219,7 @@ func (s *Sessions) Open(ctx context.Context, acc *projects.Access) (*Session, bo
 			s.log.Warn("fork of a session that was not created left behind", "repo", forkName(cs.ID), "err", rmErr)
 		}
 		var ce *models.ConstraintError
-		if errors.As(err, &ce) && ce.Constraint == "code_sessions_one_open" {
+		if errors.Is(err, errOpenedMeanwhile) || errors.As(err, &ce) && ce.Constraint == "code_sessions_one_open" {
 			// A concurrent open won; that one is the person's session.
 			won, err := s.db.OpenSessionOf(ctx, acc.Project.ID, acc.User.ID)
 			if err != nil {
@@ -188,21 +235,75 @@ func (s *Sessions) Open(ctx context.Context, acc *projects.Access) (*Session, bo
 	return sess, true, err
 }
 
-// insert records the session with a sandbox slot of its own: a random one,
-// drawn again on the rare clash with a live session's.
+// errOpenedMeanwhile: a concurrent opening of the person's session on the
+// project won while this one made its fork.
+var errOpenedMeanwhile = errors.New("editsession: the session was opened meanwhile")
+
+// insert records the session, if the bounds on open sessions let it in,
+// with a sandbox slot of its own: a random one, drawn again on the rare
+// clash with a live session's. The count and the insert are one
+// transaction under the locks SessionCountsLocked takes, so openings at
+// once cannot together pass a bound.
 func (s *Sessions) insert(ctx context.Context, cs *models.CodeSession) error {
+	return s.db.Tx(ctx, func(tx *models.Store) error { return s.insertIn(ctx, tx, cs) })
+}
+
+// insertIn is insert in the caller's transaction tx.
+func (s *Sessions) insertIn(ctx context.Context, tx *models.Store, cs *models.CodeSession) error {
+	n, err := tx.SessionCountsLocked(ctx, cs.UserID, cs.ProjectID, s.boundsDisks())
+	if err != nil {
+		return err
+	}
+	if n.Disabled {
+		return auth.ErrDisabled
+	}
+	if n.Here {
+		return errOpenedMeanwhile
+	}
+	if err := s.admit(n); err != nil {
+		return err
+	}
 	for try := 0; ; try++ {
 		if s.cfg.SandboxSlots > 0 {
 			slot := int32(mrand.Uint32N(s.cfg.SandboxSlots))
 			cs.SandboxSlot = &slot
 		}
-		err := s.db.CreateSession(ctx, cs)
+		// A savepoint, so that a clash leaves the transaction usable for
+		// the next draw.
+		err := tx.Tx(ctx, func(tx *models.Store) error { return tx.CreateSession(ctx, cs) })
 		var ce *models.ConstraintError
 		if errors.As(err, &ce) && ce.Constraint == "code_sessions_sandbox_slot_live" && try < 10 {
 			continue
 		}
 		return err
 	}
+}
+
+// boundsDisks says whether the sessions' disks are bounded in total.
+func (s *Sessions) boundsDisks() bool { return s.cfg.DiskBytes > 0 && s.cfg.DiskTotal > 0 }
+
+// admit refuses one more session past the person's bound or past the
+// sessions' disk total, given what is open.
+func (s *Sessions) admit(n models.SessionCounts) error {
+	if s.cfg.MaxPerUser > 0 && n.Mine >= s.cfg.MaxPerUser {
+		return fault.Detailf(ErrTooManySessions, " (%d, in other projects); submit or discard one of them to open another", n.Mine)
+	}
+	if s.boundsDisks() && int64(n.Live+1)*s.cfg.DiskBytes > s.cfg.DiskTotal {
+		return fault.Detailf(ErrDiskFull, ": the %d sessions on it hold %s of the %s set aside for all sessions' disks; try again once one has ended",
+			n.Live, diskSize(int64(n.Live)*s.cfg.DiskBytes), diskSize(s.cfg.DiskTotal))
+	}
+	return nil
+}
+
+// diskSize writes a size of disk in the unit a person reads it in.
+func diskSize(n int64) string {
+	switch {
+	case n < 1<<30:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	}
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
 }
 
 // base is the commit a new session starts from, and the repository holding
@@ -238,23 +339,31 @@ func (s *Sessions) base(ctx context.Context, p *models.Project) (string, *gitsvc
 	return commit, repo, err
 }
 
+// ownOpen checks a session row as it was read (err its reading's error):
+// ErrNotFound unless it is acc's on acc's project, a *GoneError once it
+// has ended.
+func ownOpen(cs *models.CodeSession, err error, acc *projects.Access) error {
+	switch {
+	case errors.Is(err, models.ErrNotFound):
+		return ErrNotFound
+	case err != nil:
+		return err
+	case cs.UserID != acc.User.ID || cs.ProjectID != acc.Project.ID:
+		return ErrNotFound
+	case cs.State != models.SessionOpen:
+		return &GoneError{Reason: *cs.CloseReason}
+	}
+	return nil
+}
+
 // Get returns the caller's session id on the project after checking, from
 // the database, that it is theirs and still open, and the limits first: an
 // expired session is ended here and the caller gets a *GoneError. touch
 // says whether the request counts as activity.
 func (s *Sessions) Get(ctx context.Context, acc *projects.Access, id string, touch bool) (*Session, error) {
 	cs, err := s.db.SessionByID(ctx, id)
-	if errors.Is(err, models.ErrNotFound) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
+	if err := ownOpen(cs, err, acc); err != nil {
 		return nil, err
-	}
-	if cs.UserID != acc.User.ID || cs.ProjectID != acc.Project.ID {
-		return nil, ErrNotFound
-	}
-	if cs.State != models.SessionOpen {
-		return nil, &GoneError{Reason: *cs.CloseReason}
 	}
 	now := s.now()
 	if reason := s.overdue(cs, acc.Project, now); reason != "" {
@@ -284,50 +393,72 @@ func (s *Sessions) session(cs *models.CodeSession, p *models.Project) (*Session,
 	if err != nil {
 		return nil, fmt.Errorf("editsession: fork of %s: %w", cs.ID, err)
 	}
+	s.bases.Add(cs.ID, sessionBase{userID: cs.UserID, projectID: cs.ProjectID, commit: cs.BaseCommit})
+	return s.sessionIn(cs, p, repo), nil
+}
+
+// sessionIn is the session of row cs, whose fork is repo.
+func (s *Sessions) sessionIn(cs *models.CodeSession, p *models.Project, repo *gitsvc.Repo) *Session {
 	return &Session{
 		CodeSession:  cs,
 		Project:      p,
 		Source:       codestore.Source{Repo: repo, Commit: cs.BaseCommit},
 		IdleDeadline: cs.LastSeenAt.Add(s.cfg.Idle),
 		MaxDeadline:  cs.OpenedAt.Add(s.cfg.MaxAge),
-	}, nil
+	}
 }
 
-// loadOpen loads an open session for the server's own work (no caller to
+// LoadOpen loads an open session for the server's own work (no caller to
 // check), or ErrNotFound / *GoneError.
-func loadOpen(ctx context.Context, db *models.Store, git *gitsvc.Service, id string) (*Session, error) {
-	cs, err := db.SessionByID(ctx, id)
+func (s *Edits) LoadOpen(ctx context.Context, id string) (Identity, error) {
+	cs, err := s.db.SessionByID(ctx, id)
 	if errors.Is(err, models.ErrNotFound) {
-		return nil, ErrNotFound
+		return Identity{}, ErrNotFound
 	}
 	if err != nil {
-		return nil, err
+		return Identity{}, err
 	}
 	if cs.State != models.SessionOpen {
-		return nil, &GoneError{Reason: *cs.CloseReason}
+		return Identity{}, &GoneError{Reason: *cs.CloseReason}
 	}
-	p, err := db.ProjectByID(ctx, cs.ProjectID)
+	p, err := s.db.ProjectByID(ctx, cs.ProjectID)
 	if err != nil {
-		return nil, err
+		return Identity{}, err
 	}
-	repo, err := git.OpenBare(forkName(cs.ID))
+	repo, err := s.git.OpenBare(forkName(cs.ID))
 	if err != nil {
-		return nil, err
+		return Identity{}, err
 	}
-	return &Session{CodeSession: cs, Project: p, Source: codestore.Source{Repo: repo, Commit: cs.BaseCommit}}, nil
+	sess := &Session{CodeSession: cs, Project: p, Source: codestore.Source{Repo: repo, Commit: cs.BaseCommit}}
+	return sess.Identity(), nil
 }
 
-// overdue says why an open session must end now, or "".
+// overdue says why an open session must end now, or "". A session of an
+// archived project is paused, not ended: its edits and fork stay, it takes
+// no change (editable), and its limits count again from the unarchive
+// (ResumeProjectSessions). ADR 0029 ended such sessions and dropped their
+// edits; here an archive can be undone, and a project admin's archive of
+// the owner's project must not cost the owner their work.
 func (s *Sessions) overdue(cs *models.CodeSession, p *models.Project, now time.Time) string {
 	switch {
 	case p.Archived():
-		return ReasonArchived
+		return ""
 	case !now.Before(cs.OpenedAt.Add(s.cfg.MaxAge)):
 		return ReasonMaxAge
 	case !now.Before(cs.LastSeenAt.Add(s.cfg.Idle)):
 		return ReasonIdle
 	}
 	return ""
+}
+
+// editable refuses any change to a paused session (its project is
+// archived): its files, commands and shells wait for the unarchive.
+// Reading it, and discarding it, stay open to its person.
+func editable(sess *Session) error {
+	if sess.Project.Archived() {
+		return projects.ErrArchived
+	}
+	return nil
 }
 
 // Discard ends the session and drops its edits.

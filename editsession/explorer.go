@@ -17,7 +17,8 @@ import (
 // folder names, renames and deletions of files and folders, and reverts.
 // Each runs in one transaction on the session's edits, so a rename is never
 // half done: the old paths become deletions and the new ones additions of
-// the same bytes, or nothing changes.
+// the same bytes, or nothing changes. The base is read outside it
+// (baseReads): the transaction holds SQL only.
 
 // MaxMoveFiles bounds a folder rename or deletion: every file of the folder
 // becomes one or two edits, all in one transaction.
@@ -44,53 +45,37 @@ type Move struct {
 	To   string `json:"to"`
 }
 
-// CheckNewPath is workspace.CheckRelPath for a name a person gives to
-// something new: it also refuses control characters, which git would store
-// but which no terminal, diff or tree shows faithfully. Names that already
-// exist in the base keep working as they are.
-func CheckNewPath(p string) error {
-	if err := workspace.CheckRelPath(p); err != nil {
-		return err
-	}
-	for _, r := range p {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return fault.Detailf(workspace.ErrBadPath, " %.120q: the name has a control character", p)
-		}
-	}
-	return nil
-}
-
 // CheckNewFolder says whether a folder may be made at dir: a good name, not
 // taken, not under a file. Nothing is stored: git keeps no empty folders,
 // so the folder exists once a file is added to it.
 func (s *Sessions) CheckNewFolder(ctx context.Context, sess *Session, dir string) error {
-	if err := CheckNewPath(dir); err != nil {
+	if err := workspace.CheckNewPath(dir); err != nil {
 		return err
 	}
-	return inSession(ctx, s.db, sess, func(tx *models.Store) error {
-		t, err := s.treeOf(ctx, tx, sess)
+	return s.changeTree(ctx, sess, func(tx *models.Store, b *baseReads) error {
+		t, err := treeOf(ctx, tx, b)
 		if err != nil {
 			return err
 		}
-		return t.free(ctx, dir)
+		return t.free(dir)
 	})
 }
 
 // Create adds an empty file at path, refusing a taken path. It returns the
 // new file's ETag.
 func (s *Sessions) Create(ctx context.Context, sess *Session, path string) (string, error) {
-	if err := CheckNewPath(path); err != nil {
+	if err := workspace.CheckNewPath(path); err != nil {
 		return "", err
 	}
-	err := inSession(ctx, s.db, sess, func(tx *models.Store) error {
-		t, err := s.treeOf(ctx, tx, sess)
+	err := s.changeTree(ctx, sess, func(tx *models.Store, b *baseReads) error {
+		t, err := treeOf(ctx, tx, b)
 		if err != nil {
 			return err
 		}
-		if err := t.free(ctx, path); err != nil {
+		if err := t.free(path); err != nil {
 			return err
 		}
-		if err := s.put(ctx, tx, sess, path, []byte{}); err != nil {
+		if err := s.put(ctx, tx, b, path, []byte{}); err != nil {
 			return err
 		}
 		return withinPathLimit(ctx, tx, sess)
@@ -107,7 +92,7 @@ func (s *Sessions) Rename(ctx context.Context, sess *Session, from, to string) (
 	if err := workspace.CheckRelPath(from); err != nil {
 		return nil, err
 	}
-	if err := CheckNewPath(to); err != nil {
+	if err := workspace.CheckNewPath(to); err != nil {
 		return nil, err
 	}
 	switch {
@@ -117,16 +102,17 @@ func (s *Sessions) Rename(ctx context.Context, sess *Session, from, to string) (
 		return nil, ErrIntoItself
 	}
 	var moves []Move
-	err := inSession(ctx, s.db, sess, func(tx *models.Store) error {
-		t, err := s.treeOf(ctx, tx, sess)
+	err := s.changeTree(ctx, sess, func(tx *models.Store, b *baseReads) error {
+		moves = nil // a try the base sent back moved nothing
+		t, err := treeOf(ctx, tx, b)
 		if err != nil {
 			return err
 		}
-		files, err := t.filesAt(ctx, from)
+		files, err := t.filesAt(from)
 		if err != nil {
 			return err
 		}
-		if err := t.free(ctx, to); err != nil {
+		if err := t.free(to); err != nil {
 			return err
 		}
 		for _, f := range files {
@@ -134,19 +120,32 @@ func (s *Sessions) Rename(ctx context.Context, sess *Session, from, to string) (
 				return ErrNotMovable
 			}
 		}
+		// Every base file the moves compare or copy, read in one go.
+		var want []string
 		for _, f := range files {
-			content, err := s.contentOf(ctx, tx, sess, f.path)
+			if f.inBase {
+				want = append(want, f.path)
+			}
+			if dest := to + strings.TrimPrefix(f.path, from); workspace.CheckNewPath(dest) == nil {
+				want = append(want, dest)
+			}
+		}
+		if err := b.want(want...); err != nil {
+			return err
+		}
+		for _, f := range files {
+			content, err := t.content(ctx, tx, f.path)
 			if err != nil {
 				return err
 			}
 			dest := to + strings.TrimPrefix(f.path, from)
-			if err := workspace.CheckRelPath(dest); err != nil {
-				return err // longer than a path may be
+			if err := workspace.CheckNewPath(dest); err != nil {
+				return err // longer than a path may be, or a name never written
 			}
 			if err := s.remove(ctx, tx, sess, f); err != nil {
 				return err
 			}
-			if err := s.put(ctx, tx, sess, dest, content); err != nil {
+			if err := s.put(ctx, tx, b, dest, content); err != nil {
 				return err
 			}
 			moves = append(moves, Move{From: f.path, To: dest})
@@ -166,17 +165,18 @@ func (s *Sessions) DeleteFolder(ctx context.Context, sess *Session, dir string) 
 		return nil, err
 	}
 	var deleted []string
-	err := inSession(ctx, s.db, sess, func(tx *models.Store) error {
-		t, err := s.treeOf(ctx, tx, sess)
+	err := s.changeTree(ctx, sess, func(tx *models.Store, b *baseReads) error {
+		deleted = nil // a try the base sent back deleted nothing
+		t, err := treeOf(ctx, tx, b)
 		if err != nil {
 			return err
 		}
-		if k, err := t.kindOf(ctx, dir); err != nil {
+		if k, err := t.kindOf(dir); err != nil {
 			return err
 		} else if k != kindFolder {
 			return ErrFileNotFound
 		}
-		files, err := t.filesAt(ctx, dir)
+		files, err := t.filesAt(dir)
 		if err != nil {
 			return err
 		}
@@ -205,19 +205,19 @@ func (s *Sessions) Revert(ctx context.Context, sess *Session, path string) error
 	if err := workspace.CheckRelPath(path); err != nil {
 		return err
 	}
-	return inSession(ctx, s.db, sess, func(tx *models.Store) error {
+	return s.changeTree(ctx, sess, func(tx *models.Store, b *baseReads) error {
 		if _, err := tx.SessionFile(ctx, sess.ID, path); errors.Is(err, models.ErrNotFound) {
 			return ErrNotChanged
 		} else if err != nil {
 			return err
 		}
-		t, err := s.treeOf(ctx, tx, sess)
+		t, err := treeOf(ctx, tx, b)
 		if err != nil {
 			return err
 		}
 		// A file restored under what is now a file would make a tree git
 		// cannot hold.
-		if err := t.noFileAbove(ctx, path); err != nil {
+		if err := t.noFileAbove(path); err != nil {
 			return err
 		}
 		return tx.DeleteSessionFile(ctx, sess.ID, path)
@@ -239,15 +239,15 @@ func withinPathLimit(ctx context.Context, tx *models.Store, sess *Session) error
 
 // put stores content at path as write does, without its preconditions:
 // content equal to the base forgets the edit.
-func (s *Sessions) put(ctx context.Context, tx *models.Store, sess *Session, path string, content []byte) error {
-	base, baseExists, err := baseFile(ctx, s.code, sess, path)
+func (s *Sessions) put(ctx context.Context, tx *models.Store, b *baseReads, path string, content []byte) error {
+	base, baseExists, err := b.file(path)
 	if err != nil {
 		return err
 	}
 	if baseExists && bytes.Equal(content, base) {
-		return tx.DeleteSessionFile(ctx, sess.ID, path)
+		return tx.DeleteSessionFile(ctx, b.sess.ID, path)
 	}
-	return tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: path, Content: nonNil(content), UpdatedAt: s.now()})
+	return tx.PutSessionFile(ctx, &models.SessionFile{SessionID: b.sess.ID, Path: path, Content: nonNil(content), UpdatedAt: s.now()})
 }
 
 // remove takes f out of the session's tree: a base file becomes a deletion,
@@ -289,31 +289,54 @@ type treeFile struct {
 // the session's commit (read from git, which knows modes) with the
 // session's edits, read once inside the operation's transaction.
 type sessionTree struct {
-	s     *Sessions
-	sess  *Session
+	base  *baseReads
 	edits map[string]bool // changed path → deleted
 	paths []models.SessionPath
 }
 
-func (s *Sessions) treeOf(ctx context.Context, tx *models.Store, sess *Session) (*sessionTree, error) {
-	ps, err := tx.SessionPaths(ctx, sess.ID)
+func treeOf(ctx context.Context, tx *models.Store, b *baseReads) (*sessionTree, error) {
+	ps, err := tx.SessionPaths(ctx, b.sess.ID)
 	if err != nil {
 		return nil, err
 	}
-	t := &sessionTree{s: s, sess: sess, edits: make(map[string]bool, len(ps)), paths: ps}
+	t := &sessionTree{base: b, edits: make(map[string]bool, len(ps)), paths: ps}
 	for _, p := range ps {
 		t.edits[p.Path] = p.Deleted
 	}
 	return t, nil
 }
 
-// baseEntry is path's entry in the base, or ok false.
-func (t *sessionTree) baseEntry(ctx context.Context, path string) (gitsvc.Entry, bool, error) {
-	dir, name := splitPath(path)
-	es, err := t.s.git.List(ctx, t.sess.Source.Repo, t.sess.Source.Commit, dir)
-	if errors.Is(err, gitsvc.ErrNotFound) {
-		return gitsvc.Entry{}, false, nil
+// content is the file at path as the session sees it, within the size an
+// edit may have: its edit in tx, else the base.
+func (t *sessionTree) content(ctx context.Context, tx *models.Store, path string) ([]byte, error) {
+	var (
+		content []byte
+		exists  bool
+	)
+	edit, err := tx.SessionFile(ctx, t.base.sess.ID, path)
+	switch {
+	case err == nil:
+		content, exists = edit.Content, !edit.Deleted
+	case errors.Is(err, models.ErrNotFound):
+		if content, exists, err = t.base.file(path); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, err
 	}
+	if !exists {
+		return nil, ErrFileNotFound
+	}
+	if len(content) > MaxFileBytes {
+		return nil, ErrTooLarge
+	}
+	return content, nil
+}
+
+// baseEntry is path's entry in the base, or ok false.
+func (t *sessionTree) baseEntry(path string) (gitsvc.Entry, bool, error) {
+	dir, name := splitPath(path)
+	es, err := t.base.list(dir)
 	if err != nil {
 		return gitsvc.Entry{}, false, err
 	}
@@ -327,7 +350,7 @@ func (t *sessionTree) baseEntry(ctx context.Context, path string) (gitsvc.Entry,
 
 // kindOf is what path is in the session's tree. A base folder whose files
 // are all deleted is still a folder: the tree lists them, struck through.
-func (t *sessionTree) kindOf(ctx context.Context, path string) (pathKind, error) {
+func (t *sessionTree) kindOf(path string) (pathKind, error) {
 	deleted, edited := t.edits[path]
 	if edited && !deleted {
 		return kindFile, nil
@@ -340,7 +363,7 @@ func (t *sessionTree) kindOf(ctx context.Context, path string) (pathKind, error)
 	if edited {
 		return kindNone, nil // a deleted base file
 	}
-	e, ok, err := t.baseEntry(ctx, path)
+	e, ok, err := t.baseEntry(path)
 	switch {
 	case err != nil:
 		return kindNone, err
@@ -355,21 +378,33 @@ func (t *sessionTree) kindOf(ctx context.Context, path string) (pathKind, error)
 }
 
 // free refuses a path that is taken or lies under a file.
-func (t *sessionTree) free(ctx context.Context, path string) error {
-	k, err := t.kindOf(ctx, path)
+func (t *sessionTree) free(path string) error {
+	k, err := t.kindOf(path)
+	if errors.Is(err, errBaseMiss) {
+		// The folders above are asked for in the same try.
+		if above := t.noFileAbove(path); above != nil && !errors.Is(above, ErrNotAFolder) {
+			return above
+		}
+		return err
+	}
 	if err != nil {
 		return err
 	}
 	if k != kindNone {
 		return ErrExists
 	}
-	return t.noFileAbove(ctx, path)
+	return t.noFileAbove(path)
 }
 
 // noFileAbove refuses a path under something that is not a folder.
-func (t *sessionTree) noFileAbove(ctx context.Context, path string) error {
+func (t *sessionTree) noFileAbove(path string) error {
+	var missed error
 	for dir, _ := splitPath(path); dir != ""; dir, _ = splitPath(dir) {
-		k, err := t.kindOf(ctx, dir)
+		k, err := t.kindOf(dir)
+		if errors.Is(err, errBaseMiss) {
+			missed = err // every level is asked for in one try
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -377,13 +412,13 @@ func (t *sessionTree) noFileAbove(ctx context.Context, path string) error {
 			return ErrNotAFolder
 		}
 	}
-	return nil
+	return missed
 }
 
 // filesAt lists the file at path, or every file of the folder at path, at
 // most MaxMoveFiles of them.
-func (t *sessionTree) filesAt(ctx context.Context, path string) ([]treeFile, error) {
-	k, err := t.kindOf(ctx, path)
+func (t *sessionTree) filesAt(path string) ([]treeFile, error) {
+	k, err := t.kindOf(path)
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +426,7 @@ func (t *sessionTree) filesAt(ctx context.Context, path string) ([]treeFile, err
 	case kindNone:
 		return nil, ErrFileNotFound
 	case kindFile, kindOther:
-		e, inBase, err := t.baseEntry(ctx, path)
+		e, inBase, err := t.baseEntry(path)
 		if err != nil {
 			return nil, err
 		}
@@ -403,7 +438,7 @@ func (t *sessionTree) filesAt(ctx context.Context, path string) ([]treeFile, err
 	}
 	var files []treeFile
 	seen := map[string]bool{}
-	if err := t.walkBase(ctx, path, &files, seen); err != nil {
+	if err := t.walkBase(path, &files, seen); err != nil {
 		return nil, err
 	}
 	for _, p := range t.paths {
@@ -418,18 +453,19 @@ func (t *sessionTree) filesAt(ctx context.Context, path string) ([]treeFile, err
 }
 
 // walkBase adds the base files under dir that the session has not deleted.
-func (t *sessionTree) walkBase(ctx context.Context, dir string, files *[]treeFile, seen map[string]bool) error {
-	es, err := t.s.git.List(ctx, t.sess.Source.Repo, t.sess.Source.Commit, dir)
-	if errors.Is(err, gitsvc.ErrNotFound) {
-		return nil // a folder only the session's edits make
-	}
+func (t *sessionTree) walkBase(dir string, files *[]treeFile, seen map[string]bool) error {
+	es, err := t.base.list(dir) // none for a folder only the session's edits make
 	if err != nil {
 		return err
 	}
+	var missed error
 	for _, e := range es {
 		p := dir + "/" + e.Path
 		if e.Type == "tree" {
-			if err := t.walkBase(ctx, p, files, seen); err != nil {
+			// Past a folder not read yet, so one try asks for all of a level.
+			if err := t.walkBase(p, files, seen); errors.Is(err, errBaseMiss) {
+				missed = err
+			} else if err != nil {
 				return err
 			}
 			continue
@@ -443,7 +479,7 @@ func (t *sessionTree) walkBase(ctx context.Context, dir string, files *[]treeFil
 			return ErrTooManyMove
 		}
 	}
-	return nil
+	return missed
 }
 
 func kindOfMode(mode string) fileKind {
@@ -462,4 +498,103 @@ func splitPath(path string) (string, string) {
 		return path[:i], path[i+1:]
 	}
 	return "", path
+}
+
+// baseReads is what one explorer operation read of the session's base.
+// The base never changes, so what was read stays true: the operation runs
+// in its transaction with these reads alone, and when it needs some it
+// does not have, the transaction ends (errBaseMiss), they are read outside
+// any transaction, and the operation runs again. Each try reads at least
+// one thing more: a folder's files all at once, a tree one level deeper.
+type baseReads struct {
+	s     *Sessions
+	sess  *Session
+	lists map[string][]gitsvc.Entry // folder → entries; nil for a folder the base lacks
+	files map[string]baseContent
+
+	missLists map[string]bool // what a try was missing
+	missFiles map[string]bool
+}
+
+type baseContent struct {
+	data   []byte
+	exists bool
+}
+
+// errBaseMiss ends a try that needs reads of the base it does not have.
+var errBaseMiss = errors.New("editsession: the operation needs more of the base")
+
+// maxBaseTries bounds the tries of one operation: about one per level of
+// the folder it moves or deletes, and a few more.
+const maxBaseTries = 100
+
+// list is the entries of dir in the base; none when it has no such folder.
+func (b *baseReads) list(dir string) ([]gitsvc.Entry, error) {
+	if es, ok := b.lists[dir]; ok {
+		return es, nil
+	}
+	b.missLists[dir] = true
+	return nil, errBaseMiss
+}
+
+// file is the file at path in the base, read as baseFile does.
+func (b *baseReads) file(path string) ([]byte, bool, error) {
+	if err := b.want(path); err != nil {
+		return nil, false, err
+	}
+	f := b.files[path]
+	return f.data, f.exists, nil
+}
+
+// want asks for the base files at paths, all read in one go if any is
+// missing.
+func (b *baseReads) want(paths ...string) error {
+	for _, p := range paths {
+		if _, ok := b.files[p]; !ok {
+			b.missFiles[p] = true
+		}
+	}
+	if len(b.missFiles) > 0 {
+		return errBaseMiss
+	}
+	return nil
+}
+
+// read reads what the last try missed.
+func (b *baseReads) read(ctx context.Context) error {
+	for dir := range b.missLists {
+		es, err := b.s.git.List(ctx, b.sess.Source.Repo, b.sess.Source.Commit, dir)
+		if err != nil && !errors.Is(err, gitsvc.ErrNotFound) {
+			return err
+		}
+		b.lists[dir] = es
+	}
+	for path := range b.missFiles {
+		data, exists, err := baseFile(ctx, b.s.code, b.sess.Source, path)
+		if err != nil {
+			return err
+		}
+		b.files[path] = baseContent{data: data, exists: exists}
+	}
+	clear(b.missLists)
+	clear(b.missFiles)
+	return nil
+}
+
+// changeTree is change for an operation that reads the base: fn runs in
+// the transaction with what the base gave so far, and again after each
+// read it was missing.
+func (s *Sessions) changeTree(ctx context.Context, sess *Session, fn func(tx *models.Store, b *baseReads) error) error {
+	b := &baseReads{s: s, sess: sess, lists: map[string][]gitsvc.Entry{}, files: map[string]baseContent{},
+		missLists: map[string]bool{}, missFiles: map[string]bool{}}
+	for range maxBaseTries {
+		err := s.change(ctx, sess, func(tx *models.Store) error { return fn(tx, b) })
+		if !errors.Is(err, errBaseMiss) {
+			return err
+		}
+		if err := b.read(ctx); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("editsession: %s needed more than %d reads of the base", sess.ID, maxBaseTries)
 }

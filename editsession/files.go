@@ -12,6 +12,7 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 
 	"atelier/auth"
+	"atelier/gitsvc"
 	"atelier/models"
 	"atelier/projects"
 	"atelier/storage/codestore"
@@ -102,13 +103,13 @@ func (s *Sessions) current(ctx context.Context, db *models.Store, sess *Session,
 	case !errors.Is(err, models.ErrNotFound):
 		return nil, false, err
 	}
-	return baseFile(ctx, s.code, sess, path)
+	return baseFile(ctx, s.code, sess.Source, path)
 }
 
 // baseFile reads path at the base commit; a file over the limit is read
 // only far enough to know it is.
-func baseFile(ctx context.Context, code *codestore.Store, sess *Session, path string) ([]byte, bool, error) {
-	data, _, err := code.Read(ctx, sess.Source, path, MaxFileBytes+1)
+func baseFile(ctx context.Context, code *codestore.Store, src codestore.Source, path string) ([]byte, bool, error) {
+	data, _, err := code.Read(ctx, src, path, MaxFileBytes+1)
 	if errors.Is(err, codestore.ErrNotFound) {
 		return nil, false, nil
 	}
@@ -144,22 +145,40 @@ func (s *Sessions) inBase(ctx context.Context, sess *Session, path string) (bool
 // Save stores content as the file at path of the caller's session id,
 // byte for byte; content equal to the base forgets the edit. acc must hold
 // code.read; writing needs code.edit. A save is the editor's hot path, so
-// it reads each row once: in one transaction it touches the session's row
-// (which locks it) only if the session is the caller's, open and within
-// its limits, then reads the file's row with the count of changed paths,
-// checks the precondition and the limits there, and writes. It returns the
-// session once the caller may write in it, even when the write is refused,
-// so the answer still carries its deadlines, and the new ETag.
+// it reads each row once. The base file is read first, with no
+// transaction open: the object store or git may be slow, and nothing slow
+// may hold a connection of the pool and the session's row meanwhile. Then
+// one short transaction touches the session's row (which locks it) only if
+// the session is the caller's, open and within its limits, reads the
+// file's row with the count of changed paths, checks the precondition
+// against the edit or the base read before (a session's base never
+// changes) and the limits there, and writes. It returns the session once
+// the caller may write in it, even when the write is refused, so the
+// answer still carries its deadlines, and the new ETag.
 func (s *Sessions) Save(ctx context.Context, acc *projects.Access, id, path string, content []byte, cond Precondition) (*Session, string, error) {
 	if acc.Project.Archived() {
-		return s.saveChecked(ctx, acc, id, path, content, cond) // which ends the session
+		return s.saveChecked(ctx, acc, id, path, content, cond) // which refuses: the session is paused
+	}
+	repo, base, ok, err := s.knownBase(ctx, acc, id)
+	if err != nil {
+		return nil, "", err
+	}
+	if !ok {
+		return s.saveChecked(ctx, acc, id, path, content, cond)
+	}
+	var d *draft
+	if acc.Can(auth.CodeEdit) {
+		if d, err = s.draft(ctx, codestore.Source{Repo: repo, Commit: base}, path, content); err != nil {
+			// The long way tells an ended session from a failing store.
+			return s.saveChecked(ctx, acc, id, path, content, cond)
+		}
 	}
 	now := s.now()
 	var (
 		sess    *Session
 		refused error
 	)
-	err := s.db.Tx(ctx, func(tx *models.Store) error {
+	err = s.db.Tx(ctx, func(tx *models.Store) error {
 		cs, err := tx.TouchLiveSession(ctx, id, acc.User.ID, acc.Project.ID, now, now.Add(-s.cfg.Idle), now.Add(-s.cfg.MaxAge))
 		if errors.Is(err, models.ErrNotFound) {
 			return errNotLive
@@ -167,14 +186,12 @@ func (s *Sessions) Save(ctx context.Context, acc *projects.Access, id, path stri
 		if err != nil {
 			return err
 		}
-		if !acc.Can(auth.CodeEdit) {
+		if d == nil {
 			refused = auth.ErrForbidden
 			return nil // the request still counts as activity
 		}
-		if sess, err = s.session(cs, acc.Project); err != nil {
-			return err
-		}
-		refused, err = s.write(ctx, tx, sess, path, content, cond)
+		sess = s.sessionIn(cs, acc.Project, repo)
+		refused, err = s.write(ctx, tx, sess, d, cond)
 		return err
 	})
 	if errors.Is(err, errNotLive) {
@@ -189,13 +206,50 @@ func (s *Sessions) Save(ctx context.Context, acc *projects.Access, id, path stri
 	return sess, ETag(content), nil
 }
 
+// cachedBases is how many sessions' bases Sessions remembers.
+const cachedBases = 4096
+
+// sessionBase is what a session's row says of it for its whole life: whose
+// it is, in which project, and its base commit.
+type sessionBase struct {
+	userID, projectID int64
+	commit            string
+}
+
+// knownBase is the fork and the base commit of session id, when it is the
+// caller's (ok false otherwise, or when it is gone). Sessions remembers
+// them whenever it loads a session, so a save needs no statement of its
+// own to learn them.
+func (s *Sessions) knownBase(ctx context.Context, acc *projects.Access, id string) (*gitsvc.Repo, string, bool, error) {
+	b, ok := s.bases.Get(id)
+	if !ok {
+		cs, err := s.db.SessionByID(ctx, id)
+		if errors.Is(err, models.ErrNotFound) {
+			return nil, "", false, nil
+		}
+		if err != nil {
+			return nil, "", false, err
+		}
+		b = sessionBase{userID: cs.UserID, projectID: cs.ProjectID, commit: cs.BaseCommit}
+		s.bases.Add(id, b)
+	}
+	if b.userID != acc.User.ID || b.projectID != acc.Project.ID {
+		return nil, "", false, nil
+	}
+	repo, err := s.git.OpenBare(forkName(id))
+	if err != nil {
+		return nil, "", false, nil // an ended session's fork is gone: the long way says so
+	}
+	return repo, b.commit, true, nil
+}
+
 // errNotLive sends a save down the path that finds out why the session is
 // not the caller's open one, and ends it when it is over a limit.
 var errNotLive = errors.New("editsession: not a live session of the caller")
 
 // saveChecked is Save the long way: Get says whether the session is the
-// caller's and open (ending it when it is over a limit), then the write
-// runs under the row lock.
+// caller's and open (ending it when it is over a limit), then the base is
+// read and the write runs under the row lock.
 func (s *Sessions) saveChecked(ctx context.Context, acc *projects.Access, id, path string, content []byte, cond Precondition) (*Session, string, error) {
 	sess, err := s.Get(ctx, acc, id, true)
 	if err != nil {
@@ -204,10 +258,17 @@ func (s *Sessions) saveChecked(ctx context.Context, acc *projects.Access, id, pa
 	if !acc.Can(auth.CodeEdit) {
 		return nil, "", auth.ErrForbidden
 	}
+	if err := editable(sess); err != nil {
+		return sess, "", err
+	}
+	d, err := s.draft(ctx, sess.Source, path, content)
+	if err != nil {
+		return sess, "", err
+	}
 	var refused error
-	err = inSession(ctx, s.db, sess, func(tx *models.Store) error {
+	err = s.change(ctx, sess, func(tx *models.Store) error {
 		var err error
-		refused, err = s.write(ctx, tx, sess, path, content, cond)
+		refused, err = s.write(ctx, tx, sess, d, cond)
 		return err
 	})
 	if err == nil {
@@ -219,47 +280,66 @@ func (s *Sessions) saveChecked(ctx context.Context, acc *projects.Access, id, pa
 	return sess, ETag(content), nil
 }
 
-// write checks content and, with the session's row locked in tx, stores it
-// as path when cond holds and the session has room. refused is the reason
-// a write is turned down (nothing written); err is a failure.
-func (s *Sessions) write(ctx context.Context, tx *models.Store, sess *Session, path string, content []byte, cond Precondition) (refused, err error) {
+// draft is a write as far as it can go before the session's row is
+// locked: the content checked, the base file read.
+type draft struct {
+	path    string
+	content []byte
+	refused error // why the content is never written; nothing else was read
+
+	base       []byte
+	baseExists bool
+}
+
+// draft checks content and reads the file at path of the base src, which
+// write compares it with.
+func (s *Sessions) draft(ctx context.Context, src codestore.Source, path string, content []byte) (*draft, error) {
+	d := &draft{path: path, content: content}
 	// In the order the answers always came: size, path, text.
 	if len(content) > MaxFileBytes {
-		return ErrTooLarge, nil
+		d.refused = ErrTooLarge
+		return d, nil
 	}
-	if err := workspace.CheckRelPath(path); err != nil {
-		return err, nil
+	// A name CheckNewPath refuses is read-only, even where it exists: it
+	// can be read, deleted or renamed to one it accepts, never written.
+	if d.refused = workspace.CheckNewPath(path); d.refused != nil {
+		return d, nil
 	}
 	if bytes.IndexByte(content, 0) >= 0 {
-		return ErrBinary, nil
+		d.refused = ErrBinary
+		return d, nil
 	}
-	base, baseExists, err := baseFile(ctx, s.code, sess, path)
+	var err error
+	d.base, d.baseExists, err = baseFile(ctx, s.code, src, path)
+	return d, err
+}
+
+// write stores d as its path, with the session's row locked in tx, when
+// cond holds and the session has room. refused is the reason a write is
+// turned down (nothing written); err is a failure. It reads and writes
+// rows only.
+func (s *Sessions) write(ctx context.Context, tx *models.Store, sess *Session, d *draft, cond Precondition) (refused, err error) {
+	if d.refused != nil {
+		return d.refused, nil
+	}
+	edit, changed, err := tx.SessionFileAndCount(ctx, sess.ID, d.path)
 	if err != nil {
 		return nil, err
 	}
-	edit, changed, err := tx.SessionFileAndCount(ctx, sess.ID, path)
-	if err != nil {
-		return nil, err
-	}
-	cur, exists := base, baseExists
+	cur, exists := d.base, d.baseExists
 	if edit != nil {
 		cur, exists = edit.Content, !edit.Deleted
 	}
 	if err := cond.check(etagIf(cur, exists)); err != nil {
 		return err, nil
 	}
-	if !exists {
-		if err := CheckNewPath(path); err != nil {
-			return err, nil // a name nobody could see faithfully
-		}
-	}
-	if baseExists && bytes.Equal(content, base) {
-		return nil, tx.DeleteSessionFile(ctx, sess.ID, path)
+	if d.baseExists && bytes.Equal(d.content, d.base) {
+		return nil, tx.DeleteSessionFile(ctx, sess.ID, d.path)
 	}
 	if edit == nil && changed >= MaxPaths {
 		return ErrTooManyPaths, nil
 	}
-	return nil, tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: path, Content: nonNil(content), UpdatedAt: s.now()})
+	return nil, tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: d.path, Content: nonNil(d.content), UpdatedAt: s.now()})
 }
 
 // Delete removes the file from the session's tree.
@@ -267,11 +347,11 @@ func (s *Sessions) Delete(ctx context.Context, sess *Session, path string, cond 
 	if err := workspace.CheckRelPath(path); err != nil {
 		return err
 	}
-	base, baseExists, err := baseFile(ctx, s.code, sess, path)
+	base, baseExists, err := baseFile(ctx, s.code, sess.Source, path)
 	if err != nil {
 		return err
 	}
-	return inSession(ctx, s.db, sess, func(tx *models.Store) error {
+	return s.change(ctx, sess, func(tx *models.Store) error {
 		edit, changed, err := tx.SessionFileAndCount(ctx, sess.ID, path)
 		if err != nil {
 			return err
@@ -294,6 +374,15 @@ func (s *Sessions) Delete(ctx context.Context, sess *Session, path string, cond 
 		}
 		return tx.PutSessionFile(ctx, &models.SessionFile{SessionID: sess.ID, Path: path, Deleted: true, UpdatedAt: s.now()})
 	})
+}
+
+// change runs a person's change of the session's files under inSession;
+// a paused session takes none (editable).
+func (s *Sessions) change(ctx context.Context, sess *Session, fn func(tx *models.Store) error) error {
+	if err := editable(sess); err != nil {
+		return err
+	}
+	return inSession(ctx, s.db, sess, fn)
 }
 
 // inSession runs fn with the session's row locked after checking again, from
@@ -371,7 +460,7 @@ func (s *Sessions) Diff(ctx context.Context, sess *Session, path string) (string
 	if err != nil {
 		return "", err
 	}
-	base, baseExists, err := baseFile(ctx, s.code, sess, path)
+	base, baseExists, err := baseFile(ctx, s.code, sess.Source, path)
 	if err != nil {
 		return "", err
 	}

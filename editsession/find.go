@@ -41,9 +41,10 @@ func (s *Sessions) Find(ctx context.Context, sess *Session, query string, limit 
 		slices.Sort(added)
 		out = append(out, codestore.NewIndex(added).Find(query, limit)...)
 		// The matcher's own order: score, then the shorter path, then path
-		// order; an empty query lists paths in path order.
+		// order; a query of no terms lists paths in path order.
+		ranked := len(strings.Fields(query)) > 0
 		slices.SortStableFunc(out, func(a, b codestore.Match) int {
-			if query != "" {
+			if ranked {
 				if a.Score != b.Score {
 					return b.Score - a.Score
 				}

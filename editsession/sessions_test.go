@@ -15,10 +15,10 @@ import (
 	"atelier/auth"
 	"atelier/events"
 	"atelier/gitsvc"
-	"atelier/internal/stacktest"
 	"atelier/models"
-	"atelier/pgembed/pgtest"
 	"atelier/projects"
+	"atelier/testrig/pgtest"
+	"atelier/testrig/stacktest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -62,10 +62,10 @@ func newFixture(t *testing.T) *fixture {
 	ctx := context.Background()
 	st := stacktest.New(t)
 	store, git, code, ws, log := st.DB, st.Git, st.Code, st.WS, st.Log
-	rec := events.New(store, log)
+	rec := events.New(store, log, events.Config{})
 	t.Cleanup(rec.Close)
 	f := &fixture{t: t, ctx: ctx, store: store, git: git, now: time.Now()}
-	f.sessions = New(store, git, code, ws, rec, DefaultConfig, f.clock, log)
+	f.sessions = New(Options{DB: store, Git: git, Code: code, Workspace: ws, Events: rec, Config: DefaultConfig, Now: f.clock, Log: log})
 
 	user := &models.User{Username: "ann", PasswordHash: "unused"}
 	if err := store.CreateUser(ctx, user); err != nil {
@@ -346,10 +346,14 @@ func TestEnds(t *testing.T) {
 		_, err := f.sessions.Get(f.ctx, f.owner, sess.ID, true)
 		f.gone(sess, err, ReasonMaxAge)
 	})
-	t.Run("archived", func(t *testing.T) {
+	t.Run("archived pauses", func(t *testing.T) {
 		f := newFixture(t)
 		sess := f.open()
-		if err := f.store.ArchiveProject(f.ctx, f.owner.Project.ID, f.clock()); err != nil {
+		if _, err := f.save(sess, "src/main.go", "package main // edited\n", Precondition{}); err != nil {
+			t.Fatal(err)
+		}
+		archivedAt := f.clock()
+		if err := f.store.ArchiveProject(f.ctx, f.owner.Project.ID, archivedAt); err != nil {
 			t.Fatal(err)
 		}
 		p, err := f.store.ProjectByID(f.ctx, f.owner.Project.ID)
@@ -357,8 +361,58 @@ func TestEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.owner.Project = p
-		_, err = f.sessions.Get(f.ctx, f.owner, sess.ID, false)
-		f.gone(sess, err, ReasonArchived)
+		// Paused past both limits: no request and no sweep ends it.
+		f.advance(DefaultConfig.MaxAge + DefaultConfig.Idle)
+		if n, err := f.sessions.Sweep(f.ctx); err != nil || n != 0 {
+			t.Fatalf("the sweep ended %d sessions of an archived project (%v)", n, err)
+		}
+		paused, err := f.sessions.Get(f.ctx, f.owner, sess.ID, true)
+		if err != nil {
+			t.Fatalf("a paused session: %v", err)
+		}
+		if got := f.text(paused, "src/main.go"); got != "package main // edited\n" {
+			t.Fatalf("a paused session reads %q", got)
+		}
+		// It takes no change.
+		if _, err := f.save(sess, "src/main.go", "lost\n", Precondition{}); !errors.Is(err, projects.ErrArchived) {
+			t.Fatalf("saving in a paused session: %v", err)
+		}
+		if _, err := f.sessions.Create(f.ctx, paused, "new.txt"); !errors.Is(err, projects.ErrArchived) {
+			t.Fatalf("a new file in a paused session: %v", err)
+		}
+		if err := f.sessions.Revert(f.ctx, paused, "src/main.go"); !errors.Is(err, projects.ErrArchived) {
+			t.Fatalf("reverting in a paused session: %v", err)
+		}
+
+		// Unarchived, it resumes with the age it had left and a fresh idle
+		// limit, its edit as it was.
+		err = f.store.Tx(f.ctx, func(tx *models.Store) error {
+			since, ok, err := tx.UnarchiveProject(f.ctx, f.owner.Project.ID)
+			if err != nil || !ok || since.Sub(archivedAt).Abs() > time.Millisecond {
+				return fmt.Errorf("unarchive: since %v, ok %v, %w", since, ok, err)
+			}
+			return f.sessions.ResumeProjectSessions(f.ctx, tx, f.owner.Project.ID, since)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, err = f.store.ProjectByID(f.ctx, f.owner.Project.ID); err != nil {
+			t.Fatal(err)
+		}
+		f.owner.Project = p
+		resumed, err := f.sessions.Get(f.ctx, f.owner, sess.ID, true)
+		if err != nil {
+			t.Fatalf("after the unarchive: %v", err)
+		}
+		if left := resumed.MaxDeadline.Sub(f.clock()); (left - DefaultConfig.MaxAge).Abs() > time.Millisecond {
+			t.Fatalf("after the unarchive %v of age are left, want the %v it had", left, DefaultConfig.MaxAge)
+		}
+		if _, err := f.save(sess, "src/main.go", "package main // again\n", Precondition{}); err != nil {
+			t.Fatalf("saving after the unarchive: %v", err)
+		}
+		f.advance(DefaultConfig.Idle + time.Second)
+		_, err = f.sessions.Get(f.ctx, f.owner, sess.ID, true)
+		f.gone(sess, err, ReasonIdle)
 	})
 	t.Run("sweep", func(t *testing.T) {
 		f := newFixture(t)

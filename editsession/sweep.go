@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"atelier/gitsvc"
+	"atelier/models"
 )
 
 // SweepEvery is how often Run ends overdue sessions; MaintainEvery how often
@@ -81,8 +82,7 @@ func (s *Sessions) Maintain(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// EndProjectSessions ends every session of a project being archived or
-// deleted.
+// EndProjectSessions ends every session of a project being deleted.
 func (s *Sessions) EndProjectSessions(ctx context.Context, projectID int64, reason string) error {
 	css, err := s.db.UnfinishedSessionsOf(ctx, projectID)
 	if err != nil {
@@ -97,6 +97,64 @@ func (s *Sessions) EndProjectSessions(ctx context.Context, projectID int64, reas
 		errs = append(errs, s.end(ctx, &css[i], r, 0))
 	}
 	return errors.Join(errs...)
+}
+
+// EndMemberSessions ends the person's open session on a project they left,
+// were removed from or may no longer edit (reason revoked): they could not
+// reach it any more, and it would hold a place in their bound until its
+// limits ended it, which on an archived project is never.
+func (s *Sessions) EndMemberSessions(ctx context.Context, projectID, userID int64) error {
+	css, err := s.db.OpenSessionsOfMember(ctx, projectID, userID)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range css {
+		errs = append(errs, s.end(ctx, &css[i], ReasonRevoked, 0))
+	}
+	return errors.Join(errs...)
+}
+
+// EndPersonSessions ends every open session of a person whose account a
+// site admin (by) disabled, with reason disabled: their shells close and
+// their commands' processes end with them, here at once and on other
+// instances at their next heartbeat.
+func (s *Sessions) EndPersonSessions(ctx context.Context, userID, by int64) error {
+	css, err := s.db.OpenSessionsOfUser(ctx, userID)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range css {
+		errs = append(errs, s.end(ctx, &css[i], ReasonDisabled, by))
+	}
+	return errors.Join(errs...)
+}
+
+// ProjectCleaner is a Cleaner that also keeps something for a project as
+// a whole, beside its sessions' own.
+type ProjectCleaner interface {
+	EndProject(ctx context.Context, p *models.Project) error
+}
+
+// EndProject removes, once the project's sessions have ended and its row
+// is gone, what the cleaners keep for the project as a whole.
+func (s *Sessions) EndProject(ctx context.Context, p *models.Project) error {
+	var errs []error
+	for _, c := range s.cleaners {
+		if pc, ok := c.(ProjectCleaner); ok {
+			errs = append(errs, pc.EndProject(ctx, p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ResumeProjectSessions, in the transaction tx that unarchives the
+// project, restarts its paused sessions' limits: each keeps the age it had
+// left when the project was archived at pausedSince, and its idle limit
+// counts from now.
+func (s *Sessions) ResumeProjectSessions(ctx context.Context, tx *models.Store, projectID int64, pausedSince time.Time) error {
+	return tx.ResumeSessions(ctx, projectID, pausedSince, s.now())
 }
 
 // Run sweeps every minute and maintains every day until ctx ends.

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"atelier/events"
-	"atelier/internal/dbtest"
+	"atelier/testrig/dbtest"
 )
 
 // The dashboard stream: a burst of hints of one topic arrives as one hint,
@@ -21,7 +21,7 @@ import (
 func TestDashboardHintsGatherAndBeat(t *testing.T) {
 	db := dbtest.Store(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	r := events.NewBeating(db, slog.New(slog.DiscardHandler), 700*time.Millisecond)
+	r := events.New(db, slog.New(slog.DiscardHandler), events.Config{Heartbeat: 700 * time.Millisecond})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.ServeStream(w, req, events.DashboardStream)
 	}))

@@ -13,9 +13,9 @@ import (
 	"go.uber.org/goleak"
 
 	"atelier/events"
-	"atelier/internal/dbtest"
 	"atelier/models"
-	"atelier/pgembed/pgtest"
+	"atelier/testrig/dbtest"
+	"atelier/testrig/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -33,12 +33,10 @@ func TestRecordStoresAndPublishes(t *testing.T) {
 	}
 	// Everything the bus and its viewers start must be gone after Close.
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	r := events.New(db, slog.New(slog.DiscardHandler))
+	r := events.New(db, slog.New(slog.DiscardHandler), events.Config{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.ServeStream(w, req, events.ProjectStream(p.ID))
 	}))
-	// Viewers leave before the bus closes, as at shutdown of a page; the
-	// reverse order strands r3labs/sse's unsubscribe goroutine.
 	defer http.DefaultClient.CloseIdleConnections()
 	defer r.Close()
 	defer srv.Close()

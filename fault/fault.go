@@ -31,6 +31,7 @@ const (
 	Limit                          // a quota or rate is used up; later may work (429)
 	Upstream                       // a server Atelier talked to failed (502)
 	Unavailable                    // the server cannot do this now or here (503)
+	Full                           // the server has no room left for it; later may work (507)
 )
 
 // Fault is an error as a person sees it.

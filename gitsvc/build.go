@@ -107,7 +107,8 @@ func (b *TreeBuilder) add(path string, mode int) error {
 // Nothing is committed: pass the tree to CommitWithParents. add runs on
 // another goroutine and may use the builder only until it returns. When it
 // fails, git is killed before it sees the end of its input, so no tree is
-// made and at most a temporary pack is left for git's own gc.
+// made, and the pack it was writing is removed: a refused import leaves
+// no objects behind.
 func (s *Service) BuildTree(ctx context.Context, r *Repo, add func(*TreeBuilder) error) (string, error) {
 	release, err := s.rlock(ctx, r, true)
 	if err != nil {
@@ -121,8 +122,16 @@ func (s *Service) BuildTree(ctx context.Context, r *Repo, add func(*TreeBuilder)
 	defer os.RemoveAll(tmp)
 	marks := filepath.Join(tmp, "marks")
 
+	packs := filepath.Join(r.GitDir, "objects", "pack")
+	before, err := packNames(packs)
+	if err != nil {
+		return "", err
+	}
 	b := &TreeBuilder{kinds: map[string]bool{}}
 	if err := s.importBlobs(ctx, r, marks, b, add); err != nil {
+		if cerr := removeNewPacks(packs, before); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
 		return "", err
 	}
 	oids, err := readMarks(marks, len(b.entries))
@@ -201,6 +210,42 @@ func (s *Service) importBlobs(ctx context.Context, r *Repo, marks string, b *Tre
 		return feedErr
 	}
 	return runErr
+}
+
+// packNames lists the repository's pack folder.
+func packNames(dir string) (map[string]bool, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("gitsvc: build tree: %w", err)
+	}
+	names := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		names[e.Name()] = true
+	}
+	return names, nil
+}
+
+// removeNewPacks removes what a failed fast-import left in the pack
+// folder: its tmp_pack_ file, or a whole pack when it had finished. Both
+// are its own: BuildTree holds the repository's write lock, and
+// fast-import writes only objects the repository lacks, so nothing else
+// can refer to them. (A fast-import of fewer than 100 objects that
+// succeeded loosens them instead; BuildTree fails after that only on I/O
+// errors, and those loose objects stay for git's gc.)
+func removeNewPacks(dir string, before map[string]bool) error {
+	now, err := packNames(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for name := range now {
+		if !before[name] {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("gitsvc: build tree: remove %s: %w", name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // readMarks reads fast-import's marks file: ":<n> <oid>" for marks 1..n.

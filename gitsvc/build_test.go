@@ -1,6 +1,8 @@
 package gitsvc
 
 import (
+	"bytes"
+	"crypto/rand"
 	"errors"
 	"io"
 	"os"
@@ -9,6 +11,8 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"atelier/testrig/wait"
 )
 
 // A tree built from streamed contents holds files, executables and links
@@ -95,6 +99,50 @@ func TestBuildTreeRefusals(t *testing.T) {
 	}
 }
 
+// A build that fails after git has begun writing its pack leaves nothing
+// in the repository's objects: the temporary pack goes with the build.
+func TestBuildTreeFailureLeavesNoObjects(t *testing.T) {
+	ctx := testContext(t)
+	s := newService(t)
+	r, _ := mustCreate(t, s, "p")
+	objects := func() []string {
+		var names []string
+		filepath.WalkDir(filepath.Join(r.GitDir, "objects"), func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				names = append(names, strings.TrimPrefix(p, r.GitDir))
+			}
+			return err
+		})
+		return names
+	}
+	before := objects()
+	boom := errors.New("the archive broke")
+	_, err := s.BuildTree(ctx, r, func(b *TreeBuilder) error {
+		noise := make([]byte, 4<<20) // incompressible, so the pack grows
+		rand.Read(noise)
+		if err := b.File("first.bin", false, int64(len(noise)), bytes.NewReader(noise)); err != nil {
+			return err
+		}
+		if err := b.out.Flush(); err != nil {
+			return err
+		}
+		// Fail only once git is writing the first file into its pack.
+		if !wait.Until(wait.Long, func() bool {
+			tmp, _ := filepath.Glob(filepath.Join(r.GitDir, "objects", "pack", "tmp_pack_*"))
+			return len(tmp) > 0
+		}) {
+			return errors.New("git never began a pack")
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("the failing build: %v", err)
+	}
+	if after := objects(); strings.Join(after, " ") != strings.Join(before, " ") {
+		t.Fatalf("objects after a failed build: %v, before: %v", after, before)
+	}
+}
+
 // Building a tree takes as long as its contents take to arrive, past the
 // timeout of ordinary git commands: a large import is not cut short.
 func TestBuildTreeOutlastsTheCommandTimeout(t *testing.T) {
@@ -105,7 +153,9 @@ func TestBuildTreeOutlastsTheCommandTimeout(t *testing.T) {
 		if err := b.File("first.txt", false, 6, strings.NewReader("first\n")); err != nil {
 			return err
 		}
-		time.Sleep(2500 * time.Millisecond) // a large file on its way
+		// Not a wait: the build itself must last past the command timeout,
+		// as when a large file is on its way.
+		time.Sleep(2500 * time.Millisecond)
 		return b.File("second.txt", false, 7, strings.NewReader("second\n"))
 	})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"atelier/fault"
+	"atelier/internal/txwatch"
 )
 
 // lit is an argument written in this package: an option, a constant ref
@@ -206,6 +207,7 @@ const waitDelay = 2 * time.Second
 // timeout kills git and everything git started (helpers, ssh, a wrapper's
 // children), not git alone.
 func (s *Service) cmd(ctx context.Context, c *command, o runOpts) (*exec.Cmd, []string) {
+	txwatch.Slow(ctx, "git "+c.args[0])
 	args := []string{
 		// A repository's config may name programs; none of these may run
 		// on the server for a read.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"atelier/testrig/wait"
 )
 
 func TestDashValuesAreRefusedBeforeGitRuns(t *testing.T) {
@@ -186,7 +188,7 @@ func TestTimeoutKillsAHangingGit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the wrapper's child to die", func() bool { return procGone(pid) })
+			wait.For(t, wait.Short, "the wrapper's child to die", func() bool { return procGone(pid) })
 		})
 	}
 }

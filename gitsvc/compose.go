@@ -303,11 +303,12 @@ func (s *Service) WorkTreeClean(ctx context.Context, r *Repo) (bool, error) {
 	return len(out) == 0, nil
 }
 
-// FastForwardWorkTree moves r's branch from old to newCommit together with
-// its index and work tree (`read-tree -m -u`, which refuses to overwrite
+// MoveWorkTree moves r's branch from old to newCommit together with its
+// index and work tree (`read-tree -m -u`, which refuses to overwrite
 // anything that is not old's), under r's write lock, as the folder's
-// owner. r must have newCommit's objects (CopyCommit).
-func (s *Service) FastForwardWorkTree(ctx context.Context, r *Repo, branch, old, newCommit string) error {
+// owner: forward to a release, or back when it is not recorded. r must
+// have newCommit's objects (CopyCommit).
+func (s *Service) MoveWorkTree(ctx context.Context, r *Repo, branch, old, newCommit string) error {
 	if err := checkOIDs([]string{old, newCommit}); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package gitsvc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,8 +25,9 @@ const importRef = "refs/atelier/import"
 // git runs; git is also told to allow only the one transport the source
 // needs (GIT_ALLOW_PROTOCOL).
 //
-// For others, a source whose host is or resolves to a loopback, private,
-// link-local or otherwise internal address, or one of the server's own, is
+// For others, a source whose host is or resolves to an address netblock
+// refuses (loopback, private, link-local, reserved, one of the server's own
+// or on a network it is attached to, in any IPv6 form) is
 // ErrSourceNotAllowed unless Config.AllowNetworks lists it, and git
 // connects only to the addresses checked. ssh is ErrSourceNotAllowed too.
 // A host that does not resolve is ErrUnreachable.
@@ -72,6 +74,12 @@ func (s *Service) FetchInto(ctx context.Context, r *Repo, source string, trusted
 		url(src.url).lit("+HEAD:" + importRef)
 	_, err = s.run(ctx, c, o)
 	if err != nil {
+		// What git writes back may quote the host, which may quote the
+		// credentials it was sent.
+		var ge *GitError
+		if errors.As(err, &ge) {
+			ge.Stderr = withoutSecrets(ge.Stderr, src.url, src.secrets)
+		}
 		msg := stderrOf(err)
 		switch {
 		case strings.Contains(msg, "couldn't find remote ref HEAD"):

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"atelier/fault"
+	"atelier/netblock"
 )
 
 // Sentinel errors. Failures of git itself are *GitError, which these wrap
@@ -50,7 +51,7 @@ type Config struct {
 	MaxOutput int64         // most bytes read from one process's stdout; default 256 MiB
 	Log       *slog.Logger  // default: discard
 	// AllowNetworks are networks an untrusted fetch may reach although
-	// they are private, loopback or the server's own (see addressAllowed).
+	// they are private, loopback or the server's own (see netblock).
 	AllowNetworks []netip.Prefix
 }
 
@@ -95,6 +96,9 @@ type Service struct {
 	locks     *reservations
 	allow     []netip.Prefix
 	lookup    func(ctx context.Context, host string) ([]netip.Addr, error)
+	// interfaces are the host's addresses and networks, read at each
+	// fetch (netblock.Interfaces).
+	interfaces func() ([]netip.Prefix, error)
 }
 
 // Repo is one repository. GitDir is the common git directory (shared by all
@@ -145,18 +149,19 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("gitsvc: root: %w", err)
 	}
 	s := &Service{
-		root:      root,
-		git:       cfg.GitPath,
-		home:      filepath.Join(root, homeDir),
-		tmp:       filepath.Join(root, tmpDir),
-		path:      os.Getenv("PATH"),
-		timeout:   cfg.Timeout,
-		lockWait:  cfg.LockWait,
-		maxOutput: cfg.MaxOutput,
-		log:       cfg.Log,
-		locks:     newReservations(),
-		allow:     cfg.AllowNetworks,
-		lookup:    lookupHost,
+		root:       root,
+		git:        cfg.GitPath,
+		home:       filepath.Join(root, homeDir),
+		tmp:        filepath.Join(root, tmpDir),
+		path:       os.Getenv("PATH"),
+		timeout:    cfg.Timeout,
+		lockWait:   cfg.LockWait,
+		maxOutput:  cfg.MaxOutput,
+		log:        cfg.Log,
+		locks:      newReservations(),
+		allow:      cfg.AllowNetworks,
+		lookup:     lookupHost,
+		interfaces: netblock.Interfaces,
 	}
 	if s.git == "" {
 		s.git = "git"

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"atelier/fault"
+	"atelier/internal/txwatch"
 )
 
 // A repository lock has two halves, always taken in this order and released
@@ -77,6 +78,7 @@ type held struct {
 // inside it instead of waiting for it again. A write lock covers reads; a
 // method that writes under a held read lock fails rather than deadlock.
 func (s *Service) Hold(ctx context.Context, gitDir string, write bool) (context.Context, func(), error) {
+	txwatch.Slow(ctx, "git lock") // it waits for every other holder
 	release, err := s.Lock(ctx, gitDir, write)
 	if err != nil {
 		return nil, nil, err
@@ -407,6 +409,7 @@ func (rs *reservations) leave(key string, g *gate) {
 // a Local folder's lock file is opened and made by its owner's rules
 // (see rlock), never through a link.
 func (s *Service) HoldRepo(ctx context.Context, r *Repo, write bool) (context.Context, func(), error) {
+	txwatch.Slow(ctx, "git lock") // it waits for every other holder
 	release, err := s.rlock(ctx, r, write)
 	if err != nil {
 		return nil, nil, err

@@ -3,12 +3,17 @@ package gitsvc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"atelier/testrig/wait"
 )
 
 func lockPath(r *Repo) string { return filepath.Join(r.GitDir, lockName) }
@@ -38,8 +43,13 @@ func TestExternalHolderMakesUsWaitThenBusy(t *testing.T) {
 		if !errors.Is(err, ErrBusy) {
 			t.Fatalf("%s: %v, want ErrBusy", name, err)
 		}
-		if took < 900*time.Millisecond || took > 2500*time.Millisecond {
-			t.Errorf("%s gave up after %s, want about the 1 s LockWait", name, took)
+		// Order, not a window of times: it gave up once its LockWait had
+		// passed, and while the holder (for 30 s) still held the lock.
+		if took < time.Second {
+			t.Errorf("%s gave up after %s, before its 1 s LockWait", name, took)
+		}
+		if !heldElsewhere(t, lockPath(r)) {
+			t.Errorf("%s gave up only once the holder had let go", name)
 		}
 	}
 	stop()
@@ -50,6 +60,21 @@ func TestExternalHolderMakesUsWaitThenBusy(t *testing.T) {
 	if readers, writer, queued := s.locks.state(r.GitDir); readers+queued != 0 || writer {
 		t.Errorf("reservation left: %d readers, writer %v, %d queued", readers, writer, queued)
 	}
+}
+
+// heldElsewhere says whether another process holds the lock file name.
+func heldElsewhere(t *testing.T, name string) bool {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if err != nil && !errors.Is(err, unix.EWOULDBLOCK) {
+		t.Fatal(err)
+	}
+	return err != nil
 }
 
 func TestWaiterProceedsWhenExternalHolderLeaves(t *testing.T) {
@@ -216,13 +241,16 @@ func TestQueuedWriterIsNotOvertaken(t *testing.T) {
 		rel, err := s.Lock(ctx, key, true)
 		if err == nil {
 			note("writer")
-			time.Sleep(100 * time.Millisecond)
+			// Whoever was queued behind the writer is queued still.
+			if readers, _, queued := s.locks.state(key); readers != 0 || queued != 1 {
+				note(fmt.Sprintf("%d readers and %d queued beside the writer", readers, queued))
+			}
 			note("writer done")
 			rel()
 		}
 		writerDone <- err
 	}()
-	waitFor(t, "the writer to queue", func() bool { _, _, q := s.locks.state(key); return q == 1 })
+	wait.For(t, wait.Short, "the writer to queue", func() bool { _, _, q := s.locks.state(key); return q == 1 })
 
 	readerDone := make(chan error, 1)
 	go func() {
@@ -233,8 +261,10 @@ func TestQueuedWriterIsNotOvertaken(t *testing.T) {
 		}
 		readerDone <- err
 	}()
-	waitFor(t, "the late reader to queue", func() bool { _, _, q := s.locks.state(key); return q == 2 })
-	time.Sleep(100 * time.Millisecond)
+	wait.For(t, wait.Short, "the late reader to queue", func() bool { _, _, q := s.locks.state(key); return q == 2 })
+	if readers, writer, _ := s.locks.state(key); readers != 1 || writer {
+		t.Fatalf("%d readers and a writer (%v) hold the lock while the writer and the late reader queue, want the first reader alone", readers, writer)
+	}
 	if got := noted(); len(got) != 0 {
 		t.Fatalf("%v got in while the first reader held the lock", got)
 	}
@@ -270,7 +300,7 @@ func TestCancelFreesTheWaiter(t *testing.T) {
 		}
 		writerDone <- err
 	}()
-	waitFor(t, "the writer to queue", func() bool { _, _, q := s.locks.state(key); return q == 1 })
+	wait.For(t, wait.Short, "the writer to queue", func() bool { _, _, q := s.locks.state(key); return q == 1 })
 	readerDone := make(chan func(), 1)
 	go func() {
 		rel, err := s.Lock(ctx, key, false)
@@ -280,7 +310,7 @@ func TestCancelFreesTheWaiter(t *testing.T) {
 		}
 		readerDone <- rel
 	}()
-	waitFor(t, "the reader to queue", func() bool { _, _, q := s.locks.state(key); return q == 2 })
+	wait.For(t, wait.Short, "the reader to queue", func() bool { _, _, q := s.locks.state(key); return q == 2 })
 
 	start := time.Now()
 	cancelWriter()

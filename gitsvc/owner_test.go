@@ -1,6 +1,7 @@
 package gitsvc
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -9,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"atelier/internal/hostilegit"
+	"atelier/testrig/hostilegit"
 )
 
 // nobody is the host account that owns the hostile folders.
@@ -91,12 +92,12 @@ func TestLocalRepoRunsAsOwner(t *testing.T) {
 	if _, entries, err := s.ListAll(ctx, fork, commit); err != nil || len(entries) != 2 {
 		t.Fatalf("ListAll of the fork = %v %v", entries, err)
 	}
-	out := t.TempDir()
-	if err := s.Export(ctx, fork, commit, out); err != nil {
+	var out bytes.Buffer
+	if err := s.Archive(ctx, fork, commit, &out); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := os.ReadFile(filepath.Join(out, "a.txt")); err != nil || string(b) != "hello\n" {
-		t.Fatalf("exported a.txt = %q %v", b, err)
+	if e := tarEntries(t, out.Bytes())["a.txt"]; e.content != "hello\n" {
+		t.Fatalf("archived a.txt = %q", e.content)
 	}
 	if bad := hostilegit.NotAsOwner(t, log); len(bad) > 0 {
 		t.Fatalf("programs of the folder's config ran as root: %q", bad)

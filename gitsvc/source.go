@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"atelier/fault"
+	"atelier/netblock"
 )
 
 // maxCredentials bounds the user name and password of a source together;
@@ -29,6 +30,9 @@ type fetchSource struct {
 	// credentials is what credentialHelper hands git, nil when the source
 	// named none.
 	credentials []byte
+	// secrets are the user name and password as the source spells them
+	// and as they reach the host, to be kept out of what git writes back.
+	secrets []string
 	// resolve is http.curloptResolve: the addresses that were checked,
 	// the only ones curl may connect to; "" leaves the lookup to curl.
 	resolve string
@@ -86,6 +90,7 @@ func (s *Service) prepareSource(ctx context.Context, source string, trusted bool
 		if fs.credentials, err = credentialLines(u.User.Username(), password); err != nil {
 			return nil, bad(err.Error())
 		}
+		fs.secrets = append(rawUserInfo(source), u.User.Username(), password)
 	}
 	host := strings.ToLower(u.Hostname())
 	port := u.Port()
@@ -111,12 +116,13 @@ func (s *Service) prepareSource(ctx context.Context, source string, trusted bool
 				return nil, fmt.Errorf("gitsvc: fetch %s: %w: %w", SanitizeURL(source), ErrUnreachable, err)
 			}
 		}
-		own, err := ownAddresses()
+		host, err := s.interfaces()
 		if err != nil {
 			return nil, err
 		}
+		reach := netblock.New(netblock.Config{Allow: s.allow, Host: host})
 		for _, a := range addrs {
-			if ok, kind := addressAllowed(a, s.allow, own); !ok {
+			if ok, kind := reach.Check(a); !ok {
 				return nil, fault.Detailf(ErrSourceNotAllowed, ": %s: its host is %s, which imports may not reach", SanitizeURL(source), kind)
 			}
 		}
@@ -193,4 +199,18 @@ func isHostName(h string) bool {
 // lookupHost resolves a host name as the fetch would.
 func lookupHost(ctx context.Context, host string) ([]netip.Addr, error) {
 	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+}
+
+// rawUserInfo is the user name and password of a URL exactly as written,
+// before any percent-decoding; the user part ends at the last '@' before
+// the first '/', as SanitizeURL reads it.
+func rawUserInfo(source string) []string {
+	_, rest, _ := strings.Cut(source, "://")
+	auth, _, _ := strings.Cut(rest, "/")
+	at := strings.LastIndexByte(auth, '@')
+	if at < 0 {
+		return nil
+	}
+	user, password, _ := strings.Cut(auth[:at], ":")
+	return []string{user, password}
 }

@@ -11,25 +11,56 @@ import (
 	"strings"
 	"testing"
 
-	"atelier/internal/githttptest"
+	"atelier/testrig/githttptest"
 )
 
-func TestAddressAllowed(t *testing.T) {
-	allow := []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16"), netip.MustParsePrefix("fd12::/16")}
-	own := []netip.Addr{netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::7")}
+// TestSourceReach is the import check from the side of someone who names
+// an internal place as a git source: a literal address in every form that
+// leads to it, or a name that resolves to one, is refused before git runs;
+// the internet, and what the operator allows, pass. The server here sits
+// on 192.88.99.7/24 and 2a00:1450:4001:81c::7/64, public networks, so
+// their other addresses (a gateway) are refused for being attached to it.
+func TestSourceReach(t *testing.T) {
+	ctx := testContext(t)
+	s := newService(t, func(c *Config) {
+		c.AllowNetworks = []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16"), netip.MustParsePrefix("fd12::/16")}
+	})
+	s.interfaces = func() ([]netip.Prefix, error) {
+		return []netip.Prefix{
+			netip.MustParsePrefix("127.0.0.1/8"), netip.MustParsePrefix("::1/128"),
+			netip.MustParsePrefix("192.88.99.7/24"), netip.MustParsePrefix("2a00:1450:4001:81c::7/64"),
+			netip.MustParsePrefix("fe80::7/64"),
+		}, nil
+	}
+	s.lookup = fakeLookup(map[string][]string{
+		"public.example":     {"93.184.215.14"},
+		"gateway.example":    {"192.88.99.1"},
+		"mapped.example":     {"::ffff:10.1.2.3"},
+		"nat64.example":      {"64:ff9b::a9fe:a9fe"},
+		"translated.example": {"::ffff:0:7f00:1"},
+	})
 	tests := []struct {
-		addr string
+		host string // as it stands in the URL
 		want bool
 	}{
 		{"93.184.215.14", true},
 		{"140.82.121.4", true},
-		{"2606:4700::6810:84e5", true},
+		{"[2606:4700::6810:84e5]", true},
 		{"100.63.255.255", true},
 		{"100.128.0.0", true},
 		{"172.32.0.1", true},
+		{"198.17.255.255", true},
+		{"198.20.0.0", true},
+		{"239.255.255.255", false},
+		{"192.88.98.1", true},
+		{"public.example", true},
+		{"[::ffff:93.184.215.14]", true},
+		{"[64:ff9b::5db8:d70e]", true}, // NAT64 of a public address
+		{"[2002:5db8:d70e::1]", true},  // 6to4 of a public address
 
-		{"127.0.0.1", false},
-		{"127.255.255.254", false},
+		// IPv4: this network, private, CGNAT, loopback, link-local,
+		// protocol assignments, documentation, benchmarking, multicast,
+		// reserved and broadcast.
 		{"0.0.0.0", false},
 		{"0.1.2.3", false},
 		{"10.1.2.3", false},
@@ -38,51 +69,80 @@ func TestAddressAllowed(t *testing.T) {
 		{"192.168.1.1", false},
 		{"100.64.0.1", false},
 		{"100.127.255.255", false},
+		{"127.0.0.1", false},
+		{"127.255.255.254", false},
 		{"169.254.169.254", false},
 		{"192.0.0.170", false},
+		{"192.0.2.1", false},
+		{"198.51.100.7", false},
+		{"203.0.113.9", false},
 		{"198.18.0.1", false},
+		{"198.19.255.255", false},
 		{"224.0.0.1", false},
-		{"239.255.255.250", false},
-		{"255.255.255.255", false},
 		{"240.0.0.1", false},
-		{"::", false},
-		{"::1", false},
-		{"::127.0.0.1", false},
-		{"::ffff:127.0.0.1", false},
-		{"::ffff:169.254.169.254", false},
-		{"fc00::1", false},
-		{"fd00:ec2::254", false},
-		{"fe80::1", false},
-		{"fe80::1%eth0", false},
-		{"fec0::1", false},
-		{"ff02::1", false},
-		{"64:ff9b::a9fe:a9fe", false}, // NAT64 of 169.254.169.254
-		{"64:ff9b::7f00:1", false},    // NAT64 of 127.0.0.1
-		{"64:ff9b::5db8:d70e", true},  // NAT64 of a public address
-		{"64:ff9b:1::1", false},
-		{"2002:7f00:1::1", false}, // 6to4 of 127.0.0.1
-		{"2002:5db8:d70e::1", true},
-		{"2001:0:4136:e378::1", false}, // Teredo
+		{"255.255.255.255", false},
 
-		// The server's own addresses, public as they may be.
-		{"203.0.113.7", false},
-		{"::ffff:203.0.113.7", false},
-		{"2001:db8::7", false},
+		// The host: its own addresses, and the networks it is attached to.
+		{"192.88.99.7", false},
+		{"192.88.99.1", false},
+		{"gateway.example", false},
+		{"[2a00:1450:4001:81c::7]", false},
+		{"[2a00:1450:4001:81c::1]", false},
+		{"[::ffff:192.88.99.1]", false},
+		{"[64:ff9b::c058:6301]", false},
+		{"[2002:c058:6301::1]", false},
 
-		// The operator's networks.
+		// IPv6: unspecified, loopback, IPv4-compatible, mapped, translated,
+		// NAT64 (well-known and local-use), 6to4, Teredo, documentation,
+		// unique local, link-local, site-local, multicast.
+		{"[::]", false},
+		{"[::1]", false},
+		{"[::127.0.0.1]", false},
+		{"[::a01:203]", false},
+		{"[::ffff:127.0.0.1]", false},
+		{"[::ffff:169.254.169.254]", false},
+		{"[::ffff:10.1.2.3]", false},
+		{"mapped.example", false},
+		{"[::ffff:0:7f00:1]", false}, // IPv4-translated 127.0.0.1
+		{"[::ffff:0:5db8:d70e]", false},
+		{"translated.example", false},
+		{"[64:ff9b::7f00:1]", false},
+		{"[64:ff9b::a9fe:a9fe]", false},
+		{"nat64.example", false},
+		{"[64:ff9b::c000:201]", false},
+		{"[64:ff9b:1::5db8:d70e]", false},
+		{"[2002:7f00:1::1]", false},
+		{"[2002:a9fe:a9fe::1]", false},
+		{"[2002:c0a8:101::1]", false},
+		{"[2001:0:4136:e378:8000:63bf:3fff:fdd2]", false}, // Teredo
+		{"[2001:db8::7]", false},
+		{"[3fff::1]", false},
+		{"[2001:2::1]", false},
+		{"[fc00::1]", false},
+		{"[fd00:ec2::254]", false},
+		{"[fe80::1]", false},
+		{"[fec0::1]", false},
+		{"[ff02::1]", false},
+
+		// What the operator allows, in any form.
 		{"10.9.3.4", true},
-		{"::ffff:10.9.3.4", true},
+		{"[::ffff:10.9.3.4]", true},
+		{"[64:ff9b::a09:304]", true},
+		{"[2002:a09:304::1]", true},
 		{"10.10.0.1", false},
-		{"fd12::1", true},
-		{"fd13::1", false},
+		{"[fd12::1]", true},
+		{"[fd13::1]", false},
 	}
 	for _, tt := range tests {
-		got, kind := addressAllowed(netip.MustParseAddr(tt.addr), allow, own)
-		if got != tt.want {
-			t.Errorf("addressAllowed(%s) = %v (%s), want %v", tt.addr, got, kind, tt.want)
-		}
-		if !got && kind == "" {
-			t.Errorf("addressAllowed(%s) refuses without saying why", tt.addr)
+		source := "https://" + tt.host + "/r.git"
+		_, err := s.prepareSource(ctx, source, false)
+		switch {
+		case tt.want && err != nil:
+			t.Errorf("%s: %v, want it allowed", source, err)
+		case !tt.want && !errors.Is(err, ErrSourceNotAllowed):
+			t.Errorf("%s: %v, want ErrSourceNotAllowed", source, err)
+		case !tt.want && !strings.Contains(err.Error(), "its host is a"):
+			t.Errorf("%s: %v does not say what the host is", source, err)
 		}
 	}
 }

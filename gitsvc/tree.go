@@ -49,6 +49,28 @@ func (s *Service) ListAll(ctx context.Context, r *Repo, commit string) (rootTree
 	return tree, entries, nil
 }
 
+// Paths lists the path of every entry of commit's tree, folders included,
+// without looking at any object's size: cheaper than ListAll where only
+// the names matter.
+func (s *Service) Paths(ctx context.Context, r *Repo, commit string) ([]string, error) {
+	spec, err := treePath(commit, "", true)
+	if err != nil {
+		return nil, err
+	}
+	release, err := s.rlock(ctx, r, false)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	c := newCommand("ls-tree", "-r", "-t", "--name-only", "--full-tree", "-z", "--end-of-options").val(spec)
+	out, err := s.run(ctx, c, runOpts{repo: r})
+	if err != nil {
+		return nil, err
+	}
+	paths := strings.Split(string(out), "\x00")
+	return paths[:len(paths)-1], nil // the output ends in NUL
+}
+
 // List lists one level of dir in commit ("" is the root). A dir that is
 // missing, or is a file, is ErrNotFound.
 func (s *Service) List(ctx context.Context, r *Repo, commit, dir string) ([]Entry, error) {
@@ -200,4 +222,63 @@ func readObject(br *bufio.Reader, size, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("object not followed by a newline")
 	}
 	return data[:size], nil
+}
+
+// TreeBytes is the size of the files of rev's tree (a commit or a tree),
+// each path counted as a checkout holds it, links by their target's length.
+// One ls-tree streams the sizes alone and they are summed as they come, so
+// a tree of any number of files costs a buffer.
+func (s *Service) TreeBytes(ctx context.Context, r *Repo, rev string) (int64, error) {
+	spec, err := treePath(rev, "", true)
+	if err != nil {
+		return 0, err
+	}
+	release, err := s.rlock(ctx, r, false)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	sum := &sizeSum{}
+	c := newCommand("ls-tree", "-r", "-z", "--format=%(objecttype) %(objectsize)", "--end-of-options").val(spec)
+	if _, err := s.run(ctx, c, runOpts{repo: r, stdout: sum}); err != nil {
+		return 0, err
+	}
+	if sum.err != nil || len(sum.rest) > 0 {
+		return 0, fmt.Errorf("gitsvc: ls-tree sizes: %v (left %q)", sum.err, sum.rest)
+	}
+	return sum.n, nil
+}
+
+// sizeSum adds up "<type> <size>" records ending in NUL as they are
+// written; records of submodules (commit objects) count nothing.
+type sizeSum struct {
+	n    int64
+	rest []byte // an unfinished record
+	err  error
+}
+
+func (w *sizeSum) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	buf := append(w.rest, p...)
+	for {
+		rec, rest, ok := bytes.Cut(buf, []byte{0})
+		if !ok {
+			break
+		}
+		buf = rest
+		typ, size, _ := strings.Cut(string(rec), " ")
+		if typ != "blob" {
+			continue
+		}
+		n, err := strconv.ParseInt(size, 10, 64)
+		if err != nil || n < 0 {
+			w.err = fmt.Errorf("bad record %q", rec)
+			return 0, w.err
+		}
+		w.n += n
+	}
+	w.rest = append(w.rest[:0], buf...)
+	return len(p), nil
 }

@@ -2,6 +2,7 @@ package gitsvc
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,6 +82,13 @@ func TestCommitTreeAndRead(t *testing.T) {
 	slices.Sort(gotPaths)
 	if !slices.Equal(gotPaths, wantPaths) || len(entries) != len(wantPaths) {
 		t.Fatalf("ListAll paths\n%q\nwant\n%q", gotPaths, wantPaths)
+	}
+	// Paths names the same entries, awkward names and all.
+	if paths, err := s.Paths(ctx, r, commit); err != nil || !slices.Equal(slices.Sorted(slices.Values(paths)), wantPaths) {
+		t.Fatalf("Paths = %q, %v\nwant %q", paths, err, wantPaths)
+	}
+	if paths, err := s.Paths(ctx, r, first); err != nil || len(paths) != 0 {
+		t.Fatalf("Paths of an empty tree = %q, %v", paths, err)
 	}
 	checks := []Entry{
 		{Path: "dir", Mode: "040000", Type: "tree", Size: -1},
@@ -328,5 +336,40 @@ func TestSubmoduleEntries(t *testing.T) {
 	}
 	if _, _, err := s.ListAll(ctx, r, "main:sub"); !errors.Is(err, ErrBadArgument) {
 		t.Errorf("ListAll of a revision with a path: %v, want ErrBadArgument", err)
+	}
+}
+
+// TreeBytes counts every path's file, a file twice as two, links by their
+// target's length, and submodules as nothing; a tree of many files costs a
+// buffer, its records arriving in pieces.
+func TestTreeBytes(t *testing.T) {
+	ctx := testContext(t)
+	s := newService(t)
+	repo := newRepo(t) // README: 6 bytes
+	writeFile(t, filepath.Join(repo, "a/same.txt"), "twelve bytes")
+	writeFile(t, filepath.Join(repo, "b/same.txt"), "twelve bytes")
+	if err := os.Symlink("a/same.txt", filepath.Join(repo, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3000 {
+		writeFile(t, filepath.Join(repo, "many", fmt.Sprintf("%s%d", strings.Repeat("n", i%40), i)), "x")
+	}
+	tgit(t, repo, "add", ".")
+	tgit(t, repo, "update-index", "--add", "--cacheinfo", "160000,"+strings.Repeat("ab", 20)+",sub")
+	tgit(t, repo, "commit", "-q", "-m", "sizes")
+	r, err := s.OpenLocal(ctx, repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.TreeBytes(ctx, r, "HEAD")
+	if want := int64(6 + 12 + 12 + len("a/same.txt") + 3000); err != nil || n != want {
+		t.Fatalf("TreeBytes = %d, %v; want %d", n, err, want)
+	}
+	tree := tgit(t, repo, "rev-parse", "HEAD^{tree}")
+	if m, err := s.TreeBytes(ctx, r, tree); err != nil || m != n {
+		t.Fatalf("TreeBytes of the tree = %d, %v; want %d", m, err, n)
+	}
+	if _, err := s.TreeBytes(ctx, r, "--output=x"); err == nil {
+		t.Fatal("an option as a revision was taken")
 	}
 }

@@ -1,10 +1,12 @@
 package handlers
 
 import (
+	"context"
 	"html/template"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -13,7 +15,9 @@ import (
 	"atelier/events"
 	"atelier/meter"
 	"atelier/models"
+	"atelier/storage/codestore"
 	"atelier/views"
+	"atelier/workbench"
 )
 
 // Dashboard is the site admins' dashboard: meters, sessions, shells,
@@ -22,10 +26,14 @@ type Dashboard struct {
 	Render   *views.Renderer
 	Meter    *meter.Meter
 	Sessions *editsession.Sessions
-	Runtime  *editsession.Runtime
-	Shells   *editsession.Shells
+	Runtime  *workbench.Runtime
+	Shells   *workbench.Shells
 	Events   *events.Recorder
 	Store    *models.Store
+	// MaxProjectBytes and CollectGrace are the storage bounds the page
+	// states (ATELIER_PROJECT_MAX_BYTES, ATELIER_COLLECT_GRACE_MS).
+	MaxProjectBytes int64
+	CollectGrace    time.Duration
 }
 
 // How much of the audit and the event log the dashboard shows.
@@ -51,20 +59,42 @@ type adminView struct {
 	DefaultCap int64
 
 	Sessions []editsession.OpenSession
-	Shells   []editsession.OpenShell
-	Slots    editsession.SlotUse
-	Running  []editsession.RunningCommand
+	Shells   []workbench.OpenShell
+	Slots    workbench.SlotUse
+	Running  []workbench.RunningCommand
 	Recent   []models.AuditedCommand
 	Feed     []events.Line
 	Names    map[int64]string // usernames by id, for what memory knows by id only
 	Changes  []models.Change  // waiting for verification, approval or release
+	Archived []models.ArchivedProject
+	Storage  *storageView
+}
+
+// storageView is what the object store holds and each project's code.
+type storageView struct {
+	Total, Max, Grace string // sizes and a duration, as people read them
+	Objects           int64
+	Projects          []storageRow
+}
+
+// storageRow is one Container project's code against the bound.
+type storageRow struct {
+	models.ProjectBytes
+	Size    string // "" while not measured
+	Max     int64
+	Percent int64
 }
 
 // dashboardParts are the parts a live hint may refresh, each a partial.
 var dashboardParts = map[string]bool{
 	events.TopicMeters: true, events.TopicSessions: true, events.TopicTerminals: true,
 	events.TopicCommands: true, events.TopicFeed: true, events.TopicChanges: true,
+	partStorage: true,
 }
+
+// partStorage is the storage part, which refreshes itself now and then
+// rather than on a hint.
+const partStorage = "storage"
 
 // Page shows the dashboard; ?part= one of its parts alone.
 func (h *Dashboard) Page(c *gin.Context) error {
@@ -128,16 +158,64 @@ func (h *Dashboard) view(c *gin.Context, part string) (adminView, error) {
 			return v, err
 		}
 	}
+	if part == "" { // no live hint refreshes it: an archive is rare
+		if v.Archived, err = h.Store.ArchivedProjects(ctx); err != nil {
+			return v, err
+		}
+	}
+	if want(partStorage) {
+		if v.Storage, err = h.storage(ctx); err != nil {
+			return v, err
+		}
+	}
 	if want(events.TopicFeed) {
 		es, err := h.Store.RecentEvents(ctx, recentEvents)
 		if err != nil {
 			return v, err
 		}
-		for _, e := range es {
-			v.Feed = append(v.Feed, events.Describe(e))
-		}
+		v.Feed = events.Lines(es)
 	}
 	return v, nil
+}
+
+// storage reads the object store's index and each project's code size.
+func (h *Dashboard) storage(ctx context.Context) (*storageView, error) {
+	totals, err := h.Store.StoredTotals(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := h.Store.CodeBytes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := &storageView{Total: codestore.HumanBytes(totals.Bytes), Objects: totals.Objects,
+		Max: codestore.HumanBytes(h.MaxProjectBytes), Grace: spokenDuration(h.CollectGrace)}
+	for _, r := range rows {
+		row := storageRow{ProjectBytes: r, Max: h.MaxProjectBytes}
+		if r.Bytes != nil {
+			row.Size = codestore.HumanBytes(*r.Bytes)
+			row.Percent = *r.Bytes * 100 / max(h.MaxProjectBytes, 1)
+		}
+		v.Projects = append(v.Projects, row)
+	}
+	return v, nil
+}
+
+// spokenDuration says a duration in its largest whole unit: "an hour",
+// "90 minutes", "5 seconds".
+func spokenDuration(d time.Duration) string {
+	for _, u := range []struct {
+		unit       time.Duration
+		one, other string
+	}{{time.Hour, "an hour", "hours"}, {time.Minute, "a minute", "minutes"}, {time.Second, "a second", "seconds"}} {
+		if d >= u.unit && d%u.unit == 0 {
+			if d == u.unit {
+				return u.one
+			}
+			return strconv.FormatInt(int64(d/u.unit), 10) + " " + u.other
+		}
+	}
+	return d.String()
 }
 
 func (h *Dashboard) usernames(c *gin.Context) (map[int64]string, error) {
@@ -233,7 +311,7 @@ func (h *Dashboard) EndSession(c *gin.Context) error {
 
 // shellJSON is one live shell in GET /admin/terminals.
 type shellJSON struct {
-	editsession.OpenShell
+	workbench.OpenShell
 	LeaseAgeMS int64 `json:"leaseAgeMs"`
 }
 
@@ -315,6 +393,5 @@ func FeedForBrowsers(c *gin.Context) error {
 // Stream follows the dashboard's live hints; the route counts it against
 // the account's open streams.
 func (h *Dashboard) Stream(c *gin.Context) error {
-	h.Events.ServeStream(c.Writer, c.Request, events.DashboardStream)
-	return nil
+	return h.Events.ServeStream(c.Writer, c.Request, events.DashboardStream)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -97,12 +96,14 @@ func (h *Changes) List(c *gin.Context) error {
 }
 
 type changeView struct {
-	Project    *models.Project
-	Detail     *changes.Detail
-	Diffs      []changes.FileDiff
-	CanEdit    bool // approve, release
-	IsAuthor   bool // withdraw
-	SideBySide bool
+	Project  *models.Project
+	Detail   *changes.Detail
+	Diffs    []changes.FileDiff
+	CanEdit  bool // approve, release
+	IsAuthor bool // withdraw
+	// OthersApprove: the viewer wrote it and someone else must approve it.
+	OthersApprove bool
+	SideBySide    bool
 }
 
 func (v changeView) JSON() any { return v.Detail }
@@ -125,6 +126,9 @@ func (h *Changes) Show(c *gin.Context) error {
 	}
 	v := changeView{Project: acc.Project, Detail: d, CanEdit: acc.Can(auth.CodeEdit),
 		IsAuthor: d.AuthorID != nil && *d.AuthorID == acc.User.ID, SideBySide: c.Query("view") == "split"}
+	if v.OthersApprove, err = h.Changes.OthersApprove(ctx, acc, d.Change); err != nil {
+		return err
+	}
 	if !views.WantsJSON(c.Request) {
 		if v.Diffs, err = h.Changes.Diffs(ctx, acc, d.Change); err != nil {
 			return err
@@ -144,12 +148,17 @@ func (h *Changes) Status(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	d, err := h.Changes.Get(c.Request.Context(), acc, id)
+	ctx := c.Request.Context()
+	d, err := h.Changes.Get(ctx, acc, id)
 	if err != nil {
 		return err
 	}
-	return h.Render.Render(c, http.StatusOK, "partials/change_status", changeView{Project: acc.Project, Detail: d,
-		CanEdit: acc.Can(auth.CodeEdit), IsAuthor: d.AuthorID != nil && *d.AuthorID == acc.User.ID})
+	v := changeView{Project: acc.Project, Detail: d,
+		CanEdit: acc.Can(auth.CodeEdit), IsAuthor: d.AuthorID != nil && *d.AuthorID == acc.User.ID}
+	if v.OthersApprove, err = h.Changes.OthersApprove(ctx, acc, d.Change); err != nil {
+		return err
+	}
+	return h.Render.Render(c, http.StatusOK, "partials/change_status", v)
 }
 
 // Approve, Release and Withdraw move a Change; browsers return to its page.
@@ -188,8 +197,7 @@ func (h *Changes) Stream(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	h.Events.ServeStream(c.Writer, c.Request, events.ProjectStream(acc.Project.ID))
-	return nil
+	return h.Events.ServeStream(c.Writer, c.Request, events.ProjectStream(acc.Project.ID))
 }
 
 type settingsView struct {
@@ -229,55 +237,16 @@ func (h *Changes) SaveSettings(c *gin.Context) error {
 	return nil
 }
 
-type editFileView struct {
-	Project *models.Project
-	Path    string
-	Base    string
-	Text    string
-	CRLF    bool
-}
-
-func (v editFileView) JSON() any { return gin.H{"path": v.Path, "base": v.Base} }
-
-// EditFilePage is the Code page's "Edit this file" form (owners and
-// admins).
-func (h *Changes) EditFilePage(c *gin.Context) error {
-	acc, err := access(c, h.Projects, auth.CodeEdit)
-	if err != nil {
-		return err
-	}
-	ctx := c.Request.Context()
-	head, err := h.Code.Head(ctx, acc.Project)
-	if err != nil {
-		return err
-	}
-	if head.Commit == "" {
-		return changes.ErrNoRepository
-	}
-	f, err := h.Code.Read(ctx, acc.Project, c.Query("path"))
-	if err != nil {
-		return err
-	}
-	if f.Binary || f.TooLarge {
-		return changes.ErrNotEditable
-	}
-	return h.Render.Render(c, http.StatusOK, "edit_file", editFileView{Project: acc.Project, Path: f.Path,
-		Base: head.Commit, Text: f.Text, CRLF: strings.Contains(f.Text, "\r\n")})
-}
-
-// EditFile saves one file as a one-file Change. The content field is the
-// file's new text; a browser's textarea sends CRLF line ends, so a file
-// that had LF ones (eol=lf) gets them back.
+// EditFile saves one file as a one-file Change, for scripts (owners and
+// admins): content is the file's new text exactly, base the commit it was
+// read from. People edit in their session's workbench, which the Code
+// page's "Edit this file" opens.
 func (h *Changes) EditFile(c *gin.Context) error {
 	acc, err := access(c, h.Projects, auth.CodeEdit)
 	if err != nil {
 		return err
 	}
-	content := c.PostForm("content")
-	if c.PostForm("eol") == "lf" {
-		content = strings.ReplaceAll(content, "\r\n", "\n")
-	}
-	ch, err := h.Changes.EditFile(c.Request.Context(), acc, c.PostForm("path"), []byte(content), c.PostForm("base"), c.PostForm("message"))
+	ch, err := h.Changes.EditFile(c.Request.Context(), acc, c.PostForm("path"), []byte(c.PostForm("content")), c.PostForm("base"), c.PostForm("message"))
 	if err != nil {
 		return err
 	}

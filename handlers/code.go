@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"atelier/meter"
 	"atelier/models"
 	"atelier/projects"
+	"atelier/search"
 	"atelier/views"
 )
 
@@ -33,8 +35,11 @@ type Code struct {
 	Code     *code.Service
 	// MaxImportBytes bounds an uploaded archive.
 	MaxImportBytes int64
-	Meter          *meter.Meter // the warning at 80 % and 95 % of the sandbox cap
-	Log            *slog.Logger // failures told inside a started progress stream
+	// UploadDir is where uploaded archives wait for their import, in
+	// files that have no name.
+	UploadDir string
+	Meter     *meter.Meter // the warning at 80 % and 95 % of the sandbox cap
+	Log       *slog.Logger // failures told inside a started progress stream
 }
 
 type codePageView struct {
@@ -42,10 +47,17 @@ type codePageView struct {
 	Head    code.Head
 	Root    treeView
 	File    *fileView
+	// Readme is the README of the folder shown (the top one, or the one
+	// ?path= names), in the viewer where GitHub shows it below a listing;
+	// nil when a file is shown or the folder has none.
+	Readme  *fileView
 	CanEdit bool
 	// NoEdit says why there is no Edit button, to someone who may read.
 	NoEdit string
 	Usage  meter.Usage
+	// Search is a search's answer, shown in the viewer's place.
+	Search     *searchView
+	SearchForm searchFormView
 }
 
 func (v codePageView) JSON() any { return gin.H{"head": v.Head, "entries": v.Root.Entries} }
@@ -74,9 +86,14 @@ type fileView struct {
 	Commit    string // a Container project's canonical commit; the page header says a Local one's
 	File      code.File
 	Name      string
-	HTML      template.HTML
-	// CanEdit offers "Edit this file" (a one-file Change) to owners and
-	// admins.
+	HTML      template.HTML // the highlighted text, when it is shown
+	// Markdown is a Markdown file rendered (sanitized), when it is shown;
+	// Source says its text is shown instead (?view=source).
+	Markdown   template.HTML
+	IsMarkdown bool
+	Source     bool
+	// CanEdit offers "Edit this file" (the person's edit session, opened
+	// at the file) to owners and admins.
 	CanEdit bool
 }
 
@@ -88,34 +105,131 @@ func (h *Code) Page(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request.Context()
-	head, err := h.Code.Head(ctx, acc.Project)
+	v, err := h.pageView(c, acc)
 	if err != nil {
 		return err
 	}
-	entries, err := h.Code.List(ctx, acc.Project, "")
-	if err != nil {
-		return err
-	}
-	v := codePageView{
-		Project: acc.Project,
-		Head:    head,
-		Root:    treeView{ProjectID: acc.Project.ID, Entries: entries},
-		CanEdit: acc.Can(auth.CodeEdit) && !acc.Project.Archived(),
-		NoEdit:  noEditReason(acc),
-	}
-	if v.Usage, err = h.Meter.Usage(ctx, acc.Project.ID); err != nil {
-		return err
-	}
+	dir := ""
 	if p := c.Query("path"); p != "" {
-		if v.File, err = h.file(c, acc, p); err != nil {
+		if v.Root.Open, err = h.openFolders(c, acc, p); err != nil {
 			return err
 		}
-		if v.Root.Open, err = h.openFolders(c, acc, p); err != nil {
+		if isFolder(v.Root, p) {
+			// A folder (a README's link to one): the tree opens it, the
+			// viewer shows its README.
+			entries, err := h.Code.List(c.Request.Context(), acc.Project, p)
+			if err != nil {
+				return err
+			}
+			v.Root.Open[p] = treeView{ProjectID: acc.Project.ID, Dir: p, Entries: entries, Open: v.Root.Open}
+			dir = p
+		} else if v.File, err = h.file(c, acc, p); err != nil {
+			return err
+		}
+	}
+	if v.File == nil {
+		if v.Readme, err = h.readme(c, acc, v.Root, dir); err != nil {
 			return err
 		}
 	}
 	return h.Render.Render(c, http.StatusOK, "code", v)
+}
+
+// pageView is the Code page around what its viewer shows.
+func (h *Code) pageView(c *gin.Context, acc *projects.Access) (codePageView, error) {
+	ctx := c.Request.Context()
+	head, err := h.Code.Head(ctx, acc.Project)
+	if err != nil {
+		return codePageView{}, err
+	}
+	entries, err := h.Code.List(ctx, acc.Project, "")
+	if err != nil {
+		return codePageView{}, err
+	}
+	v := codePageView{
+		Project:    acc.Project,
+		Head:       head,
+		Root:       treeView{ProjectID: acc.Project.ID, Entries: entries},
+		CanEdit:    acc.Can(auth.CodeEdit) && !acc.Project.Archived(),
+		NoEdit:     noEditReason(acc),
+		SearchForm: searchFormView{Action: views.URL("/projects", acc.Project.ID, "code", "search").String(), Target: "#viewer"},
+	}
+	v.Usage, err = h.Meter.Usage(ctx, acc.Project.ID)
+	return v, err
+}
+
+// Search answers a search of the project's file contents (?q=, ?regex=1,
+// ?case=1): streamed as events to the page's search box, as JSON for
+// scripts, or as the Code page with the results in the viewer.
+func (h *Code) Search(c *gin.Context) error {
+	acc, err := h.open(c)
+	if err != nil {
+		return err
+	}
+	code := views.URL("/projects", acc.Project.ID, "code")
+	l := linker{file: func(p string) string { return code.Query("path", p).String() }}
+	run := func(ctx context.Context, m *search.Matcher, emit func(search.File) error) (search.Summary, error) {
+		return h.Code.Search(ctx, acc.Project, m, emit)
+	}
+	return answerSearch(c, h.Render, run, l, func(sv searchView) error {
+		v, err := h.pageView(c, acc)
+		if err != nil {
+			return err
+		}
+		v.Search, v.SearchForm.Query = &sv, sv.Query
+		return h.Render.Render(c, http.StatusOK, "code", v)
+	})
+}
+
+// isFolder tells whether p is a folder of the tree as listed down to it.
+func isFolder(root treeView, p string) bool {
+	parent := root
+	if d := path.Dir(p); d != "." {
+		listed, ok := root.Open[d]
+		if !ok {
+			return false
+		}
+		parent = listed
+	}
+	for _, e := range parent.Entries {
+		if e.Name == path.Base(p) {
+			return e.Kind == "dir"
+		}
+	}
+	return false
+}
+
+// readme shows the README of the folder dir, listed in root: a Markdown
+// one first, then a plain one; nil when there is none to show.
+func (h *Code) readme(c *gin.Context, acc *projects.Access, root treeView, dir string) (*fileView, error) {
+	entries := root.Entries
+	if dir != "" {
+		entries = root.Open[dir].Entries
+	}
+	best := ""
+	for _, e := range entries {
+		stem := strings.ToLower(strings.TrimSuffix(e.Name, path.Ext(e.Name)))
+		if e.Kind != "file" || stem != "readme" {
+			continue
+		}
+		if best == "" || views.IsMarkdown(e.Name) && !views.IsMarkdown(best) {
+			best = e.Name
+		}
+	}
+	if best == "" {
+		return nil, nil
+	}
+	f, err := h.file(c, acc, path.Join(dir, best))
+	if err != nil && ProblemOf(err).Status >= 500 {
+		return nil, err
+	}
+	// A README that cannot be read here (a name the path rules refuse, a
+	// Local file that changed meanwhile) costs the folder its README, not
+	// its page.
+	if err != nil || f.File.Binary || f.File.TooLarge || f.File.Size == 0 {
+		return nil, nil
+	}
+	return f, nil
 }
 
 // openFolders lists every folder above file, so the page opens with the
@@ -177,11 +291,22 @@ func (h *Code) file(c *gin.Context, acc *projects.Access, p string) (*fileView, 
 		return nil, err
 	}
 	v := &fileView{ProjectID: acc.Project.ID, File: f, Name: path.Base(p),
-		CanEdit: acc.Can(auth.CodeEdit) && !acc.Project.Archived() && !f.Binary && !f.TooLarge}
+		CanEdit: acc.Can(auth.CodeEdit) && !acc.Project.Archived() && !f.Binary && !f.TooLarge && !f.ReadOnly}
 	if acc.Project.WorkspaceMode != models.ModeLocal && acc.Project.CanonicalCommit != nil {
 		v.Commit = *acc.Project.CanonicalCommit
 	}
-	if f.Text != "" {
+	v.IsMarkdown = views.IsMarkdown(v.Name) && f.Text != ""
+	v.Source = v.IsMarkdown && c.Query("view") == "source"
+	switch {
+	case v.IsMarkdown && !v.Source:
+		dir := path.Dir(p)
+		if dir == "." {
+			dir = ""
+		}
+		if v.Markdown, err = views.Markdown(f.Text, views.MarkdownPlace{ProjectID: acc.Project.ID, Dir: dir}); err != nil {
+			return nil, err
+		}
+	case f.Text != "":
 		if v.HTML, err = views.Highlight(v.Name, f.Text); err != nil {
 			return nil, err
 		}
@@ -287,35 +412,30 @@ func (h *Code) HighlightCSS(c *gin.Context) {
 }
 
 // Import makes a commit on canonical from an uploaded archive or a git
-// source.
+// source. Nothing of the body is read before the request is known to be
+// allowed: the routes checked the sign-in and the CSRF token (an upload's
+// from its header), access checks membership and permission, and Admit
+// takes the import's place; only then is the upload read.
 func (h *Code) Import(c *gin.Context) error {
 	acc, err := access(c, h.Projects, auth.ProjectManage)
 	if err != nil {
 		return err
 	}
-	in := code.ImportInput{Source: c.PostForm("source")}
-	fh, err := c.FormFile("archive")
-	switch {
-	case err == nil:
-		if fh.Size > h.MaxImportBytes {
-			return tooLarge(h.MaxImportBytes)
-		}
-		f, err := fh.Open()
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		in.Archive, in.Size, in.Filename = f, fh.Size, fh.Filename
-	case errors.Is(err, http.ErrMissingFile), errors.Is(err, http.ErrNotMultipart):
-	case isTooLarge(err):
-		return tooLarge(h.MaxImportBytes)
-	default:
-		return errBadUpload
+	ctx := c.Request.Context()
+	adm, err := h.Code.Admit(ctx, acc)
+	if err != nil {
+		return err
 	}
+	defer adm.Release()
+	in, err := h.readImport(c)
+	if err != nil {
+		return err
+	}
+	defer in.close()
 	if streamsProgress(c.Request) {
-		return h.importWatched(c, acc, in)
+		return h.importWatched(c, acc, adm, in.ImportInput)
 	}
-	done, err := h.Code.Import(c.Request.Context(), acc, in)
+	done, err := h.Code.Import(ctx, adm, in.ImportInput)
 	if err != nil {
 		return err
 	}
@@ -343,7 +463,7 @@ const progressEvery = 100 * time.Millisecond
 // importWatched runs an import answering a stream of its progress on the
 // request itself: no state is kept anywhere, and a refusal that comes
 // before any progress (not allowed, busy, too large) keeps its own status.
-func (h *Code) importWatched(c *gin.Context, acc *projects.Access, in code.ImportInput) error {
+func (h *Code) importWatched(c *gin.Context, acc *projects.Access, adm *code.Admission, in code.ImportInput) error {
 	w := c.Writer
 	started := false
 	var last code.ImportStep
@@ -366,7 +486,7 @@ func (h *Code) importWatched(c *gin.Context, acc *projects.Access, in code.Impor
 		last, lastAt = st, time.Now()
 		send(gin.H{"progress": st})
 	}
-	done, err := h.Code.Import(c.Request.Context(), acc, in)
+	done, err := h.Code.Import(c.Request.Context(), adm, in)
 	switch {
 	case err != nil && !started:
 		return err

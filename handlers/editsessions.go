@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -14,7 +15,10 @@ import (
 	"atelier/meter"
 	"atelier/models"
 	"atelier/projects"
+	"atelier/search"
 	"atelier/views"
+	"atelier/workbench"
+	"atelier/workspace"
 )
 
 // EditSessions is an owner's or admin's edit session: the page, the file
@@ -23,8 +27,8 @@ type EditSessions struct {
 	Render   *views.Renderer
 	Projects *projects.Service
 	Sessions *editsession.Sessions
-	Runtime  *editsession.Runtime
-	Shells   *editsession.Shells
+	Runtime  *workbench.Runtime
+	Shells   *workbench.Shells
 	Idle     time.Duration
 	// Now is the clock the sessions' limits run on; the page's countdown
 	// follows it.
@@ -32,6 +36,45 @@ type EditSessions struct {
 	// CommandHint is the command box's example, one that works in the
 	// sandbox of this host.
 	CommandHint string
+	// Forward hands a request to another instance; nil: requests are
+	// served here (a session held elsewhere then answers
+	// session_elsewhere).
+	Forward Forwarder
+}
+
+// Forwarder hands requests to other instances.
+type Forwarder interface {
+	// Forwarded says the request came from another instance, which
+	// handed it here: it is served here, never handed on again.
+	Forwarded(r *http.Request) bool
+	// Forward streams the request to the instance at address and its
+	// answer back.
+	Forward(c *gin.Context, address string)
+}
+
+// ToHolder hands a request about the session's runtime (its commands and
+// shells) to the instance that holds it, when that is another one. The
+// caller's right to the session is checked first, here, before anything
+// of the body is read; the holder checks it again as for any request. A
+// shell this instance runs is served here without a look at the database.
+func (h *EditSessions) ToHolder(c *gin.Context) error {
+	if h.Forward == nil || h.Forward.Forwarded(c.Request) {
+		return nil
+	}
+	if _, ok := h.ownShell(c, time.Time{}); ok {
+		return nil
+	}
+	sess, err := h.session(c, false)
+	if err != nil {
+		return err
+	}
+	address, err := h.Runtime.HolderElsewhere(c.Request.Context(), sess)
+	if err != nil || address == "" {
+		return err
+	}
+	h.Forward.Forward(c, address)
+	c.Abort()
+	return nil
 }
 
 // timeFormat is how deadlines travel to the page, to the millisecond, so
@@ -46,6 +89,11 @@ type sessionView struct {
 	Open    string
 	Hint    string // the command box's example
 	Usage   meter.Usage
+	// Running is the session's command running on this instance, which
+	// the page follows, or nil.
+	Running *workbench.RunningCommand
+	// SearchForm is the search panel's box.
+	SearchForm searchFormView
 }
 
 func (v sessionView) JSON() any {
@@ -54,17 +102,28 @@ func (v sessionView) JSON() any {
 }
 
 // Open opens the caller's session on the project, or returns the open one:
-// 201 or 200, with Location.
+// 201 or 200, with Location. A path (the Code page's "Edit this file")
+// sends a browser on to the session's page with that file open.
 func (h *EditSessions) Open(c *gin.Context) error {
 	acc, err := access(c, h.Projects, auth.CodeEdit)
 	if err != nil {
 		return err
 	}
+	file := c.PostForm("path")
+	if file != "" {
+		if err := workspace.CheckRelPath(file); err != nil {
+			return err
+		}
+	}
 	sess, created, err := h.Sessions.Open(c.Request.Context(), acc)
 	if err != nil {
 		return err
 	}
-	return answerMade(c, base(sess), created, sessionView{Session: sess}.JSON())
+	location := base(sess)
+	if file != "" {
+		location = views.URL(location).Query("path", file).String()
+	}
+	return answerMade(c, location, created, sessionView{Session: sess}.JSON())
 }
 
 // Page renders the session page.
@@ -81,10 +140,15 @@ func (h *EditSessions) Page(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	return h.Render.Render(c, http.StatusOK, "session", sessionView{
+	v := sessionView{
 		Session: sess, Tree: tree,
 		Idle: h.Idle, Now: h.Now(), Open: c.Query("path"), Hint: h.CommandHint, Usage: usage,
-	})
+		SearchForm: searchFormView{Action: views.URL(base(sess), "search").String(), Target: "#search-results"},
+	}
+	if rc, ok := h.Runtime.SessionCommand(sess); ok {
+		v.Running = &rc
+	}
+	return h.Render.Render(c, http.StatusOK, "session", v)
 }
 
 type sessionTreeView struct {
@@ -264,7 +328,9 @@ func (h *EditSessions) session(c *gin.Context, touch bool) (*editsession.Session
 	if !acc.Can(auth.CodeEdit) {
 		return nil, auth.ErrForbidden
 	}
-	h.deadlines(c, sess.IdleDeadline)
+	if !acc.Project.Archived() { // a paused session has no idle limit
+		h.deadlines(c, sess.IdleDeadline)
+	}
 	return sess, nil
 }
 
@@ -285,7 +351,7 @@ func base(sess *editsession.Session) string {
 }
 
 type commandView struct {
-	Result *editsession.CommandResult
+	Result *workbench.CommandResult
 	Folder string
 	Cmd    string
 }
@@ -307,6 +373,23 @@ func (h *EditSessions) RunCommand(c *gin.Context) error {
 	}
 	c.Header("HX-Trigger", "refresh")
 	return h.Render.Render(c, http.StatusOK, "partials/command_result", commandView{Result: res, Folder: folder, Cmd: cmd})
+}
+
+// CommandStream sends the output of the session's running command as
+// Server-Sent Events, as a terminal's stream does (terminal.Output), from
+// Last-Event-ID or ?from=; its exit event carries the exit code, whether
+// it was cancelled, its duration and the notes. 409 no_running_command
+// when none runs here.
+func (h *EditSessions) CommandStream(c *gin.Context) error {
+	sess, err := h.session(c, false)
+	if err != nil {
+		return err
+	}
+	out, err := h.Runtime.CommandOutput(sess)
+	if err != nil {
+		return err
+	}
+	return out.ServeStream(c.Writer, c.Request)
 }
 
 // CancelCommands stops the session's running command: 200 with how many
@@ -345,6 +428,22 @@ func (h *EditSessions) Find(c *gin.Context) error {
 		v.Rows[i] = findRow{Path: m.Path, Runs: runsOf(m.Path, m.Positions)}
 	}
 	return h.Render.Render(c, http.StatusOK, "partials/find", v)
+}
+
+// Search answers a search of the session's files as the session sees
+// them (?q=, ?regex=1, ?case=1): streamed as events to the workbench's
+// search panel, or whole (JSON for scripts). Only the session's owner may.
+func (h *EditSessions) Search(c *gin.Context) error {
+	sess, err := h.session(c, false)
+	if err != nil {
+		return err
+	}
+	page := views.URL(base(sess))
+	l := linker{file: func(p string) string { return page.Query("path", p).String() }, session: true}
+	run := func(ctx context.Context, m *search.Matcher, emit func(search.File) error) (search.Summary, error) {
+		return h.Sessions.Search(ctx, sess, m, emit)
+	}
+	return answerSearch(c, h.Render, run, l, nil)
 }
 
 type historyView struct {

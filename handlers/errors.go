@@ -30,6 +30,7 @@ var statusOf = map[fault.Kind]int{
 	fault.Limit:              http.StatusTooManyRequests,
 	fault.Upstream:           http.StatusBadGateway,
 	fault.Unavailable:        http.StatusServiceUnavailable,
+	fault.Full:               http.StatusInsufficientStorage,
 }
 
 // systemFaults are errors of the operating system that reach a handler

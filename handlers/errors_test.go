@@ -27,6 +27,7 @@ import (
 	"atelier/storage/codestore"
 	"atelier/terminal"
 	"atelier/views"
+	"atelier/workbench"
 	"atelier/workspace"
 )
 
@@ -39,25 +40,29 @@ func problemCases(t *testing.T) []problemCase {
 	wrap := func(err error) error { return fmt.Errorf("svc: op 7: %w", err) }
 	var cs []problemCase
 	for _, e := range []error{
-		auth.ErrSignInRequired, auth.ErrBadCredentials, auth.ErrCSRF, auth.ErrForbidden, auth.ErrNotSiteAdmin,
+		auth.ErrSignInRequired, auth.ErrBadCredentials, auth.ErrCSRF, auth.ErrCrossOrigin, auth.ErrForbidden,
 		auth.ErrSiteAdminsOnly, editsession.ErrNotSiteAdmin, meter.ErrBadCap,
 		auth.ErrBadUsername, auth.ErrWeakPassword, auth.ErrUserExists,
+		auth.ErrDisabled, auth.ErrWrongPassword, auth.ErrPasswordsDiffer, auth.ErrNoSuchUser, auth.ErrLastSiteAdmin,
+		auth.ErrOwnAccount, auth.ErrResetLinkInvalid,
 		projects.ErrNotFound, projects.ErrBadName, projects.ErrBadMode, projects.ErrPathInMode, projects.ErrArchived,
 		projects.ErrLastOwner, projects.ErrUnknownUser, projects.ErrBadRole, projects.ErrBadNetwork,
+		projects.ErrNoInvitation, projects.ErrTooManyProjects,
 		workspace.ErrNotReady, workspace.ErrOutsideRoot, workspace.ErrNotRegular, workspace.ErrUnsafeRoot,
 		codestore.ErrNotFound, codestore.ErrIsDir,
 		code.ErrLocalProject, code.ErrNothingToImport, code.ErrNoCanonical,
 		gitsvc.ErrNotRepository, gitsvc.ErrNotFound, gitsvc.ErrBusy,
 		editsession.ErrNotFound, editsession.ErrFileNotFound, editsession.ErrBinary, editsession.ErrTooLarge,
-		editsession.ErrTooManyPaths, editsession.ErrStale, editsession.ErrNoBase, editsession.ErrNoSandbox,
-		editsession.ErrEmptyCommand, editsession.ErrSandboxBusy,
+		editsession.ErrTooManyPaths, editsession.ErrStale, editsession.ErrNoBase, workbench.ErrNoSandbox,
+		editsession.ErrEmptyCommand, workbench.ErrSandboxBusy, workbench.ErrSandboxBusyPerson,
+		editsession.ErrTooManySessions, editsession.ErrDiskFull,
 		meter.ErrCap, sandbox.ErrNetworkUnenforceable, sandbox.ErrNetworkUnavailable, sandbox.ErrUnavailable,
 		terminal.ErrAccountShells, terminal.ErrInstanceShells, terminal.ErrInputFull, terminal.ErrInputTooLarge,
 		terminal.ErrBadSeq, terminal.ErrBadSize, terminal.ErrBadOffset, terminal.ErrNotFound, terminal.ErrClosed,
 		models.ErrNotFound, models.ErrUnavailable,
 		changes.ErrNotFound, changes.ErrNothingToSubmit, changes.ErrBadMessage, changes.ErrNotVerified,
 		changes.ErrNotWaiting, changes.ErrFinished, changes.ErrNotAuthor, changes.ErrNoRepository,
-		changes.ErrNotEditable, changes.ErrBadCheck,
+		changes.ErrBadCheck, changes.ErrOwnChange,
 	} {
 		cs = append(cs, problemCase{e.Error(), e}, problemCase{"wrapped " + e.Error(), wrap(e)})
 	}
@@ -90,7 +95,7 @@ func problemCases(t *testing.T) []problemCase {
 
 	// Typed errors.
 	for _, r := range []string{editsession.ReasonDiscarded, editsession.ReasonIdle, editsession.ReasonMaxAge,
-		editsession.ReasonArchived, editsession.ReasonProjectDeleted, editsession.ReasonAdmin, "submitted"} {
+		editsession.ReasonArchived, editsession.ReasonProjectDeleted, editsession.ReasonAdmin, editsession.ReasonRevoked, editsession.ReasonDisabled, "submitted"} {
 		cs = append(cs, problemCase{"gone " + r, wrap(&editsession.GoneError{Reason: r})})
 	}
 	pathErr := &workspace.PathError{Path: "/etc/x", Reason: workspace.ReasonSystem,
@@ -171,6 +176,19 @@ func TestProblemOf(t *testing.T) {
 	}
 }
 
+// Every kind of error is answered with an error status: a kind added
+// without one would reach the client as status 0.
+func TestEveryKindHasAStatus(t *testing.T) {
+	for k := fault.Internal; k <= fault.Full; k++ {
+		if st := statusOf[k]; st < 400 || st > 599 {
+			t.Errorf("kind %d is answered with %d", k, st)
+		}
+	}
+	if statusOf[fault.Full] != http.StatusInsufficientStorage {
+		t.Errorf("no room left is %d, want 507", statusOf[fault.Full])
+	}
+}
+
 // A refusal that knows when to try again says so in Retry-After, in whole
 // seconds rounded up; other errors carry no Retry-After.
 func TestRenderErrorRetryAfter(t *testing.T) {
@@ -223,8 +241,6 @@ var wantProblems = map[string]wantProblem{
 	"wrapped changes: only its author withdraws a change":                         {403, "not_author", "Only its author withdraws a change.", ""},
 	"changes: the project's folder is not a git repository with a commit":         {409, "no_base", "The project's folder is not a git repository with a commit.", ""},
 	"wrapped changes: the project's folder is not a git repository with a commit": {409, "no_base", "The project's folder is not a git repository with a commit.", ""},
-	"changes: only text files up to 1 MiB are edited here":                        {415, "not_editable", "Only text files up to 1 MiB are edited here.", ""},
-	"wrapped changes: only text files up to 1 MiB are edited here":                {415, "not_editable", "Only text files up to 1 MiB are edited here.", ""},
 	"changes: a check command has 1 to 1000 characters on one line":               {400, "bad_check_command", "A check command has 1 to 1000 characters on one line.", ""},
 	"wrapped changes: a check command has 1 to 1000 characters on one line":       {400, "bad_check_command", "A check command has 1 to 1000 characters on one line.", ""},
 	"models: the database is unavailable":                                         {503, "database_unavailable", "The database does not answer right now; try again in a moment.", ""},
@@ -255,8 +271,8 @@ var wantProblems = map[string]wantProblem{
 	"wrapped auth: missing or wrong CSRF token":                   {403, "csrf", "The form is out of date or was not sent by Atelier; reload the page and try again.", ""},
 	"auth: your role in this project does not allow that":         {403, "forbidden", "Your role in this project does not allow that.", ""},
 	"wrapped auth: your role in this project does not allow that": {403, "forbidden", "Your role in this project does not allow that.", ""},
-	"auth: site admins only":                                      {403, "site_admin_only", "Only site admins can do that.", ""},
-	"wrapped auth: site admins only":                              {403, "site_admin_only", "Only site admins can do that.", ""},
+	"auth: a request from another origin":                         {403, "cross_origin", "The request came from another site; Atelier takes changes only from its own pages.", ""},
+	"wrapped auth: a request from another origin":                 {403, "cross_origin", "The request came from another site; Atelier takes changes only from its own pages.", ""},
 
 	// The admin dashboard's refusals.
 	"auth: site admins only (answered as not found)":               {404, "not_found", "Not found.", ""},
@@ -266,6 +282,32 @@ var wantProblems = map[string]wantProblem{
 	"meter: a cap is a whole number of seconds, 0 or more":         {400, "bad_cap", "A cap is a whole number of seconds, 0 or more; leave it empty for the default.", ""},
 	"wrapped meter: a cap is a whole number of seconds, 0 or more": {400, "bad_cap", "A cap is a whole number of seconds, 0 or more; leave it empty for the default.", ""},
 	"gone admin": {410, "admin", "The session has ended: a site admin ended it.", ""},
+
+	// Ownership, the bound on projects and approvals.
+	"projects: no such invitation":                                              {404, "no_invitation", "There is no such invitation; it may have been withdrawn.", ""},
+	"wrapped projects: no such invitation":                                      {404, "no_invitation", "There is no such invitation; it may have been withdrawn.", ""},
+	"projects: you created as many projects as a person may":                    {403, "too_many_projects", "You have created as many projects as a person may; delete one first.", ""},
+	"wrapped projects: you created as many projects as a person may":            {403, "too_many_projects", "You have created as many projects as a person may; delete one first.", ""},
+	"changes: another owner or admin approves a change, not its author":         {403, "own_change", "Another owner or admin approves this change, not its author.", ""},
+	"wrapped changes: another owner or admin approves a change, not its author": {403, "own_change", "Another owner or admin approves this change, not its author.", ""},
+	"gone revoked": {410, "revoked", "The session has ended: you may no longer edit the project.", ""},
+
+	// People.
+	"auth: the account is disabled":                                 {403, "account_disabled", "This account is disabled; a site admin can enable it again.", ""},
+	"wrapped auth: the account is disabled":                         {403, "account_disabled", "This account is disabled; a site admin can enable it again.", ""},
+	"auth: the current password is wrong":                           {403, "wrong_password", "The current password is wrong.", ""},
+	"wrapped auth: the current password is wrong":                   {403, "wrong_password", "The current password is wrong.", ""},
+	"auth: the new password and its repetition differ":              {400, "passwords_differ", "The new password and its repetition differ.", ""},
+	"wrapped auth: the new password and its repetition differ":      {400, "passwords_differ", "The new password and its repetition differ.", ""},
+	"auth: no user with that name":                                  {404, "no_such_user", "No user with that name.", ""},
+	"wrapped auth: no user with that name":                          {404, "no_such_user", "No user with that name.", ""},
+	"auth: the last site admin who can sign in stays one":           {409, "last_site_admin", "Atelier keeps at least one site admin who can sign in: make someone else a site admin first.", ""},
+	"wrapped auth: the last site admin who can sign in stays one":   {409, "last_site_admin", "Atelier keeps at least one site admin who can sign in: make someone else a site admin first.", ""},
+	"auth: a site admin does not disable their own account":         {409, "own_account", "You cannot disable your own account.", ""},
+	"wrapped auth: a site admin does not disable their own account": {409, "own_account", "You cannot disable your own account.", ""},
+	"auth: unknown, used or expired reset link":                     {410, "reset_link_invalid", "This link no longer works: it was used, has expired or was replaced by a newer one. Ask a site admin for a new one.", ""},
+	"wrapped auth: unknown, used or expired reset link":             {410, "reset_link_invalid", "This link no longer works: it was used, has expired or was replaced by a newer one. Ask a site admin for a new one.", ""},
+	"gone disabled": {410, "disabled", "The session has ended: your account was disabled.", ""},
 
 	"auth: a username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit":                                  {400, "bad_username", "A username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit.", ""},
 	"wrapped auth: a username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit":                          {400, "bad_username", "A username is 1-32 of a-z 0-9 _ . - and starts with a letter or digit.", ""},
@@ -315,8 +357,14 @@ var wantProblems = map[string]wantProblem{
 	"wrapped gitsvc: not found":                                                                                    {404, "not_found", "Not found.", ""},
 	"gitsvc: repository busy":                                                                                      {503, "repository_busy", "The repository is busy; try again in a moment.", ""},
 	"wrapped gitsvc: repository busy":                                                                              {503, "repository_busy", "The repository is busy; try again in a moment.", ""},
-	"editsession: the server runs as many commands as it may at once":                                              {429, "sandbox_busy", "The server runs as many commands as it may at once; try again in a few seconds.", ""},
-	"wrapped editsession: the server runs as many commands as it may at once":                                      {429, "sandbox_busy", "The server runs as many commands as it may at once; try again in a few seconds.", ""},
+	"workbench: the server runs as many commands as it may at once":                                                {429, "sandbox_busy", "The server runs as many commands as it may at once; try again in a few seconds.", ""},
+	"wrapped workbench: the server runs as many commands as it may at once":                                        {429, "sandbox_busy", "The server runs as many commands as it may at once; try again in a few seconds.", ""},
+	"workbench: the person runs as many commands at once as one person may":                                        {429, "sandbox_busy_person", "You already run as many commands at once as one person may on this server.", ""},
+	"editsession: the person holds as many open sessions as one may":                                               {429, "too_many_sessions", "You have as many edit sessions open as one person may.", ""},
+	"wrapped editsession: the person holds as many open sessions as one may":                                       {429, "too_many_sessions", "You have as many edit sessions open as one person may.", ""},
+	"editsession: another session's disk would pass the sessions' total":                                           {507, "sandbox_disk_full", "The server has no room for another edit session's disk.", ""},
+	"wrapped editsession: another session's disk would pass the sessions' total":                                   {507, "sandbox_disk_full", "The server has no room for another edit session's disk.", ""},
+	"wrapped workbench: the person runs as many commands at once as one person may":                                {429, "sandbox_busy_person", "You already run as many commands at once as one person may on this server.", ""},
 	"editsession: no such session":                                                                                 {404, "not_found", "There is no such session.", ""},
 	"wrapped editsession: no such session":                                                                         {404, "not_found", "There is no such session.", ""},
 	"editsession: no such file":                                                                                    {404, "not_found", "No such file.", ""},
@@ -331,8 +379,8 @@ var wantProblems = map[string]wantProblem{
 	"wrapped editsession: the file changed since you loaded it (another tab?)":                                     {412, "stale", "The file changed since you loaded it (another tab?).", ""},
 	"editsession: the project's folder is not a git repository with a commit, so there is nothing to fork":         {409, "no_base", "The project's folder is not a git repository with a commit, so there is nothing to fork.", ""},
 	"wrapped editsession: the project's folder is not a git repository with a commit, so there is nothing to fork": {409, "no_base", "The project's folder is not a git repository with a commit, so there is nothing to fork.", ""},
-	"editsession: this session has no sandbox user; discard it and open a new one":                                 {409, "no_sandbox", "This session has no sandbox user; discard it and open a new one.", ""},
-	"wrapped editsession: this session has no sandbox user; discard it and open a new one":                         {409, "no_sandbox", "This session has no sandbox user; discard it and open a new one.", ""},
+	"workbench: this session has no sandbox user; discard it and open a new one":                                   {409, "no_sandbox", "This session has no sandbox user; discard it and open a new one.", ""},
+	"wrapped workbench: this session has no sandbox user; discard it and open a new one":                           {409, "no_sandbox", "This session has no sandbox user; discard it and open a new one.", ""},
 	"editsession: type a command to run":                                                                           {400, "empty_command", "Type a command to run.", ""},
 	"wrapped editsession: type a command to run":                                                                   {400, "empty_command", "Type a command to run.", ""},
 	"meter: monthly sandbox cap reached":                                                                           {429, "sandbox_cap", "The project has used its sandbox time for this month; editing still works, commands are off until next month.", ""},

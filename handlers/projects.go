@@ -22,19 +22,36 @@ type Projects struct {
 	Meter    *meter.Meter // the warning at 80 % and 95 % of the sandbox cap
 }
 
+// projectsView is the projects page: the caller's projects and the offers
+// of ownership waiting for their answer.
 type projectsView struct {
-	Projects []models.MemberProject
+	Projects    []models.MemberProject
+	Invitations []models.PendingInvitation
+	Notice      string // what the caller's last answer did
 }
 
 func (v projectsView) JSON() any { return v.Projects }
 
 // List shows the caller's projects.
 func (h *Projects) List(c *gin.Context) error {
-	ps, err := h.Projects.List(c.Request.Context(), auth.User(c))
+	v, err := h.projectsView(c, auth.User(c))
 	if err != nil {
 		return err
 	}
-	return h.Render.Render(c, http.StatusOK, "projects", projectsView{Projects: ps})
+	return h.Render.Render(c, http.StatusOK, "projects", v)
+}
+
+func (h *Projects) projectsView(c *gin.Context, user *models.User) (projectsView, error) {
+	ctx := c.Request.Context()
+	ps, err := h.Projects.List(ctx, user)
+	if err != nil {
+		return projectsView{}, err
+	}
+	invs, err := h.Projects.Invitations(ctx, user)
+	if err != nil {
+		return projectsView{}, err
+	}
+	return projectsView{Projects: ps, Invitations: invs}, nil
 }
 
 // newProjectView is the creation form, refilled with what was typed when
@@ -117,12 +134,14 @@ type projectView struct {
 	CodeNotReady string
 	CanManage    bool
 	CanDelete    bool
+	CanUnarchive bool // owners and site admins
+	LastOwner    bool // leaving passes the project on, or archives it
 	Members      membersView
 	Usage        meter.Usage
 }
 
 func (v projectView) JSON() any {
-	return gin.H{"project": v.Project, "role": v.Role, "codeReady": v.CodeReady, "members": v.Members.List}
+	return gin.H{"project": v.Project, "role": v.Role, "codeReady": v.CodeReady, "members": v.Members.List, "invited": v.Members.Invited}
 }
 
 // Show renders the project page.
@@ -136,11 +155,21 @@ func (h *Projects) Show(c *gin.Context) error {
 		return err
 	}
 	v := projectView{
-		Project:   acc.Project,
-		Role:      acc.Role,
-		CanManage: acc.Can(auth.ProjectManage),
-		CanDelete: acc.Can(auth.ProjectOwn),
-		Members:   members,
+		Project:      acc.Project,
+		Role:         acc.Role,
+		CanManage:    acc.Can(auth.ProjectManage),
+		CanDelete:    acc.Can(auth.ProjectOwn),
+		CanUnarchive: acc.Can(auth.ProjectOwn) || acc.User.IsAdmin,
+		Members:      members,
+	}
+	if acc.Role == auth.RoleOwner {
+		owners := 0
+		for _, m := range members.List {
+			if m.Role == models.RoleOwner {
+				owners++
+			}
+		}
+		v.LastOwner = owners == 1
 	}
 	if v.Usage, err = h.Meter.Usage(c.Request.Context(), acc.Project.ID); err != nil {
 		return err
@@ -156,6 +185,31 @@ func (h *Projects) Show(c *gin.Context) error {
 // Archive makes the project read-only.
 func (h *Projects) Archive(c *gin.Context) error {
 	return h.manage(c, h.Projects.Archive)
+}
+
+// Unarchive makes an archived project active again (owners and site
+// admins). A site admin who is not a member returns to the dashboard,
+// where they pressed it.
+func (h *Projects) Unarchive(c *gin.Context) error {
+	id, err := projectID(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request.Context()
+	user := auth.User(c)
+	if err := h.Projects.Unarchive(ctx, user, id); err != nil {
+		return err
+	}
+	if views.WantsJSON(c.Request) {
+		c.Status(http.StatusNoContent)
+		return nil
+	}
+	if _, err := h.Projects.Authorize(ctx, user, id, auth.CodeRead); err != nil {
+		views.Redirect(c, "/admin")
+		return nil
+	}
+	views.Redirect(c, views.URL("/projects", id).String())
+	return nil
 }
 
 // SetNetwork sets whether the project's sandbox reaches the network.

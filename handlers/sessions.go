@@ -22,12 +22,14 @@ type Sessions struct {
 type loginView struct {
 	Next     string
 	Username string
-	Error    string
+	Problem  *views.Problem
+	// Reset says the person just set a new password with a reset link.
+	Reset bool
 }
 
 func (v loginView) JSON() any {
-	if v.Error != "" {
-		return ProblemOf(auth.ErrBadCredentials)
+	if v.Problem != nil {
+		return v.Problem
 	}
 	return gin.H{"next": v.Next}
 }
@@ -39,7 +41,7 @@ func (h *Sessions) ShowLogin(c *gin.Context) error {
 		views.Redirect(c, next)
 		return nil
 	}
-	return h.Render.Render(c, http.StatusOK, "login", loginView{Next: next})
+	return h.Render.Render(c, http.StatusOK, "login", loginView{Next: next, Reset: c.Query("reset") == "1"})
 }
 
 // Login checks the credentials and starts a session. A throttled attempt
@@ -49,9 +51,9 @@ func (h *Sessions) ShowLogin(c *gin.Context) error {
 func (h *Sessions) Login(c *gin.Context) error {
 	username, next := c.PostForm("username"), safeNext(c.PostForm("next"))
 	token, _, _, err := h.Auth.Login(c.Request.Context(), username, c.PostForm("password"), c.ClientIP())
-	if errors.Is(err, auth.ErrBadCredentials) {
-		return h.Render.Render(c, http.StatusUnauthorized, "login",
-			loginView{Next: next, Username: username, Error: "Wrong username or password."})
+	if errors.Is(err, auth.ErrBadCredentials) || errors.Is(err, auth.ErrDisabled) {
+		p := ProblemOf(err)
+		return h.Render.Render(c, p.Status, "login", loginView{Next: next, Username: username, Problem: p})
 	}
 	if err != nil {
 		return err

@@ -1,7 +1,8 @@
 // Package limits bounds how many of something run at once: streams per
-// account, imports per project and per instance. A bound lives in the
+// account, imports and searches per instance. A bound lives in the
 // memory of one instance, because what it counts (an open connection, a
-// running import) lives and dies with that process.
+// running import) lives and dies with that process; bounds over all
+// instances are counted in the database by the packages that own them.
 package limits
 
 import (
@@ -66,3 +67,20 @@ const StreamsPerAccount = 64
 
 // NewStreams returns the Gate of open event streams per account.
 func NewStreams() *Gate[int64] { return NewGate[int64](StreamsPerAccount, 0, ErrStreams) }
+
+// ErrSearches refuses a content search past its account's or the
+// instance's bound.
+var ErrSearches = fault.New(fault.Limit, "too_many_searches", "limits: as many searches run as may; wait for one to end", "Too many searches are running; try again when one has ended.")
+
+// Content searches one account may run at once, and all accounts together
+// on an instance: each holds a git process of four threads (or four
+// readers of a Local folder) for up to its timeout.
+const (
+	SearchesPerAccount = 2
+	SearchesRunning    = 8
+)
+
+// NewSearches returns the Gate of running content searches.
+func NewSearches() *Gate[int64] {
+	return NewGate[int64](SearchesPerAccount, SearchesRunning, ErrSearches)
+}

@@ -91,7 +91,8 @@ func MonthOf(t time.Time) time.Time {
 }
 
 // Reserve holds one Chunk for a command of the project, to be settled when
-// it ends. instance names this server process (see SettleAbandoned). ErrCap
+// it ends. instance names this server process, a live instance (see
+// SettleAbandoned). ErrCap
 // when the month's used and reserved seconds leave less than a Chunk.
 func (m *Meter) Reserve(ctx context.Context, projectID int64, instance string) (*Reservation, error) {
 	now := m.now()
@@ -166,11 +167,11 @@ func (m *Meter) Settle(ctx context.Context, r *Reservation, start, end time.Time
 	return charged, nil
 }
 
-// SettleAbandoned settles every open reservation of a server process other
-// than instance, and returns how many it settled. Call it at start-up with
-// the new process's instance, before the process reserves anything and while
-// no other process runs: the reservations it finds are those of a process
-// that stopped without settling them.
+// SettleAbandoned settles every open reservation whose instance does not
+// live any more (stopped, declared gone, or older than instances), and
+// returns how many it settled; a live instance's reservations, on this
+// host or another, are its own to settle. Each is settled once, whoever
+// calls it and however often.
 //
 // Nobody knows when an abandoned command ended, so it is charged as if it had
 // been awake for the whole of its reservation: from StartedAt to StartedAt +
@@ -181,8 +182,8 @@ func (m *Meter) Settle(ctx context.Context, r *Reservation, start, end time.Time
 // let a crashing process run commands off the meter. The project's tail
 // moves to the reservation's end, so a command in that span is not charged
 // twice.
-func (m *Meter) SettleAbandoned(ctx context.Context, instance string) (int, error) {
-	rs, err := m.db.SandboxReservationsNotOf(ctx, instance)
+func (m *Meter) SettleAbandoned(ctx context.Context) (int, error) {
+	rs, err := m.db.SandboxReservationsOfGone(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("meter: abandoned reservations: %w", err)
 	}

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"atelier/internal/dbtest"
 	"atelier/meter"
 	"atelier/models"
-	"atelier/pgembed/pgtest"
+	"atelier/testrig/dbtest"
+	"atelier/testrig/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -142,7 +142,7 @@ func TestConcurrentReservationsStopAtTheCap(t *testing.T) {
 		t.Fatalf("usage %+v: want %d reserved of a cap of %d", u, room*meter.Chunk, u.Cap)
 	}
 	// The counter agrees with the rows it sums.
-	rs, err := s.SandboxReservationsNotOf(context.Background(), "nobody")
+	rs, err := s.SandboxReservationsOfGone(context.Background()) // no instance lives: all of them
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,26 +303,42 @@ func TestProjectCapOverridesTheDefault(t *testing.T) {
 }
 
 // A process that died between reserve and settle leaves its reservations
-// open; the next process settles them at start-up, charging each its whole
-// reservation less the tail already paid, and leaves its own alone.
+// open; whoever sees it gone settles them, charging each its whole
+// reservation less the tail already paid, and leaves those of live
+// instances alone: its own, and another instance's on the same database.
 func TestSettleAbandoned(t *testing.T) {
 	s, ids := newProjects(t, 1)
 	p := ids[0]
 	c := newClock(t0)
 	m := meter.New(s, meter.DefaultCap, c.Now)
+	ctx := context.Background()
+	if _, err := s.StartInstance(ctx, "old", "host-a", "", t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartInstance(ctx, "peer", "host-b", "", t0); err != nil {
+		t.Fatal(err)
+	}
+	peers := reserve(t, m, p, "peer") // another live instance's command
 
 	settle(t, m, reserve(t, m, p, "old"), t0, t0.Add(sec(10))) // 130 s, awake until t0+130 s
 	c.Set(t0.Add(sec(30)))
 	lost := reserve(t, m, p, "old") // the process dies while this command runs
 	mine := reserve(t, m, p, "new") // the new process is already at work
-	if u := usage(t, m, p); u.Used != 130 || u.Reserved != 2*meter.Chunk {
+	if u := usage(t, m, p); u.Used != 130 || u.Reserved != 3*meter.Chunk {
 		t.Fatalf("before: %+v", u)
 	}
 
 	c.Set(t0.Add(sec(60)))
-	n, err := m.SettleAbandoned(context.Background(), "new")
+	// The new process of host a takes its place: "old" is gone.
+	if gone, err := s.StartInstance(ctx, "new", "host-a", "", c.Now()); err != nil || len(gone) != 1 || gone[0] != "old" {
+		t.Fatalf("StartInstance = %v, %v; want old gone", gone, err)
+	}
+	n, err := m.SettleAbandoned(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("SettleAbandoned = %d, %v; want 1 settled", n, err)
+	}
+	if _, err := m.Settle(ctx, peers, t0, t0); err != nil {
+		t.Fatalf("the live peer's reservation was taken from it: %v", err)
 	}
 	// The lost reservation spans t0+30 s to t0+510 s; t0+30 s to t0+130 s
 	// was paid by the first command's tail.
@@ -333,7 +349,7 @@ func TestSettleAbandoned(t *testing.T) {
 	if _, err := m.Settle(context.Background(), lost, t0.Add(sec(30)), t0.Add(sec(40))); !errors.Is(err, meter.ErrSettled) {
 		t.Fatalf("the dead holder's settlement: err = %v, want ErrSettled", err)
 	}
-	if n, err := m.SettleAbandoned(context.Background(), "new"); err != nil || n != 0 {
+	if n, err := m.SettleAbandoned(ctx); err != nil || n != 0 {
 		t.Fatalf("second sweep = %d, %v; want nothing left", n, err)
 	}
 	// The new process's reservation is intact, and its command, inside the

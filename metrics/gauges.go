@@ -28,7 +28,7 @@ var (
 	terminalsDesc = prometheus.NewDesc("atelier_terminals_open",
 		"Terminals whose shells run on this instance.", nil, nil)
 	viewersDesc = prometheus.NewDesc("atelier_sse_viewers",
-		"Event streams (terminal output, admin streams) open on this instance.", nil, nil)
+		"Event streams (terminals' and commands' output, project events, admin streams) open on this instance.", nil, nil)
 	runningDesc = prometheus.NewDesc("atelier_commands_running",
 		"Commands this instance runs or holds waiting for their session's earlier command.", nil, nil)
 	changesDesc = prometheus.NewDesc("atelier_changes",

@@ -1,7 +1,7 @@
 // Package metrics is what Atelier tells Prometheus: gauges read from the
 // services at each scrape, and counters and histograms of what happened,
 // recorded where it happened through small interfaces (an
-// editsession.CommandObserver, the server's request middleware), so no
+// workbench.CommandObserver, the server's request middleware), so no
 // domain package imports Prometheus.
 //
 // Everything lives in one Registry of its own, built with the server: no
@@ -111,7 +111,7 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
 
 // CommandRan records a command's end; it makes Metrics an
-// editsession.CommandObserver.
+// workbench.CommandObserver.
 func (m *Metrics) CommandRan(exitCode int, took time.Duration) {
 	code := "other"
 	if exitCode >= 0 && exitCode <= 255 {

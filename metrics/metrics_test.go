@@ -9,13 +9,13 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"atelier/editsession"
-	"atelier/internal/dbtest"
 	"atelier/limits"
 	"atelier/meter"
 	"atelier/metrics"
-	"atelier/pgembed/pgtest"
 	"atelier/terminal"
+	"atelier/testrig/dbtest"
+	"atelier/testrig/pgtest"
+	"atelier/workbench"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -25,7 +25,8 @@ func sources(t *testing.T) metrics.Sources {
 	store := dbtest.Store(t)
 	terms := terminal.NewManager(terminal.Config{})
 	t.Cleanup(func() { terms.Close() })
-	runtime := editsession.NewRuntime(store, nil, nil, nil, editsession.Sandboxes{}, terms, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	runtime := workbench.NewRuntime(workbench.RuntimeOptions{DB: store, Terminals: terms, Now: time.Now,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return metrics.Sources{Meter: meter.New(store, meter.DefaultCap, nil), Store: store,
 		Terminals: terms, Streams: limits.NewStreams(), Commands: runtime}
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"atelier/migrations"
-	"atelier/pgembed/pgtest"
+	"atelier/testrig/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -56,7 +56,7 @@ func TestUpDownUp(t *testing.T) {
 	if st, err = migrations.Down(dsn); err != nil || st.Version != 0 {
 		t.Fatalf("down: %+v, %v", st, err)
 	}
-	for _, table := range []string{"users", "login_sessions", "projects", "project_members", "stored_objects", "published_commits", "events", "code_sessions", "code_session_files", "code_session_commands", "usage_counters", "sandbox_awake", "sandbox_reservations", "terminals"} {
+	for _, table := range []string{"users", "login_sessions", "projects", "project_members", "stored_objects", "published_commits", "events", "code_sessions", "code_session_files", "code_session_commands", "usage_counters", "sandbox_awake", "sandbox_reservations", "terminals", "owner_invitations", "password_resets", "sign_in_records"} {
 		if tableExists(t, dsn, table) {
 			t.Fatalf("%s survived down", table)
 		}

@@ -110,22 +110,31 @@ func (s *Store) RecentCommands(ctx context.Context, limit int) ([]AuditedCommand
 	return cs, nil
 }
 
-// NamedEvent is an event with the names of its project and actor, when
-// they still exist.
+// NamedEvent is an event with the names of its project, its actor and,
+// for a session's event, the session's owner, when they still exist.
 type NamedEvent struct {
 	Event
 	Project *string
 	Actor   *string
+	Owner   *string
 }
+
+// namedEvents selects events with their names. An event that keeps its
+// project in its data rather than in project_id (an import: see
+// code.countImport) is named by that one.
+const namedEvents = `SELECT e.id, e.type, e.project_id, e.actor_id, e.data, e.created_at,
+		p.name AS project, u.username AS actor, o.username AS owner
+	FROM events AS e
+	LEFT JOIN projects AS p ON p.id = COALESCE(e.project_id,
+		CASE WHEN e.data->>'project' ~ '^[0-9]{1,18}$' THEN (e.data->>'project')::bigint END)
+	LEFT JOIN users AS u ON u.id = e.actor_id
+	LEFT JOIN code_sessions AS cs ON cs.id = e.data->>'session'
+	LEFT JOIN users AS o ON o.id = cs.user_id`
 
 // RecentEvents lists the latest limit events, newest first.
 func (s *Store) RecentEvents(ctx context.Context, limit int) ([]NamedEvent, error) {
 	var es []NamedEvent
-	err := s.db.WithContext(ctx).Raw(`SELECT e.id, e.type, e.project_id, e.actor_id, e.data, e.created_at,
-			p.name AS project, u.username AS actor
-		FROM events AS e
-		LEFT JOIN projects AS p ON p.id = e.project_id
-		LEFT JOIN users AS u ON u.id = e.actor_id
+	err := s.db.WithContext(ctx).Raw(namedEvents+`
 		ORDER BY e.id DESC
 		LIMIT ?`, limit).Scan(&es).Error
 	if err != nil {

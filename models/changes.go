@@ -100,6 +100,10 @@ type Change struct {
 	CreatedAt  time.Time  `json:"createdAt"`
 	UpdatedAt  time.Time  `json:"updatedAt"`
 	ReleasedAt *time.Time `json:"releasedAt,omitempty"`
+	// CheckDue is when the Change's check may next be tried (the
+	// verifiers' queue, change_queue.go); nil when nothing is to verify.
+	// An insert without it is due at once.
+	CheckDue *time.Time `json:"-" gorm:"default:now()"`
 
 	// AuthorName and ProjectName are filled by the listing queries.
 	AuthorName  string `json:"author" gorm:"->;-:migration"`
@@ -145,6 +149,19 @@ type ChangeSet struct {
 	CommitSHA string          `json:"commit" gorm:"column:commit_sha"`
 	Commands  json.RawMessage `json:"commands" gorm:"type:jsonb"`
 	CreatedAt time.Time       `json:"createdAt"`
+}
+
+// Ran is the commands the set's session ran, oldest first, as its audit
+// recorded them (never their output).
+func (cs ChangeSet) Ran() ([]SessionCommand, error) {
+	if len(cs.Commands) == 0 {
+		return nil, nil
+	}
+	var ran []SessionCommand
+	if err := json.Unmarshal(cs.Commands, &ran); err != nil {
+		return nil, fmt.Errorf("models: commands of change set %d: %w", cs.ID, err)
+	}
+	return ran, nil
 }
 
 // Evidence is what a Change's commit was shown to do.
@@ -301,7 +318,9 @@ type ChangeUpdate struct {
 	// Base and Commit, when set, replace the Change's (a re-compose).
 	Base, Commit string
 	ReleasedAt   *time.Time
-	At           time.Time
+	// Check, when set, queues the Change's check afresh, due then.
+	Check *time.Time
+	At    time.Time
 }
 
 // MoveChange applies u when the change is in one of u.From, else
@@ -321,6 +340,14 @@ func (s *Store) MoveChange(ctx context.Context, id int64, u ChangeUpdate) error 
 	}
 	if u.ReleasedAt != nil {
 		cols["released_at"] = *u.ReleasedAt
+	}
+	// A Change on no way to verified leaves the verifiers' queue, and a
+	// claim on its check goes with it: the check's end finds it gone
+	// (changes_queued_unfinished).
+	if u.To != ChangeComposed && u.To != ChangeVerifying {
+		cols["check_due"], cols["claimed_by"], cols["claimed_until"] = nil, nil, nil
+	} else if u.Check != nil {
+		cols["check_due"], cols["check_attempts"], cols["claimed_by"], cols["claimed_until"] = *u.Check, 0, nil, nil
 	}
 	res := s.db.WithContext(ctx).Table("changes").Where("id = ? AND status IN ?", id, u.From).UpdateColumns(cols)
 	if res.Error != nil {
@@ -360,10 +387,11 @@ func (s *Store) ChangeSetsOf(ctx context.Context, changeID int64) ([]ChangeSet, 
 
 // ChangeEvents returns the events of one change, oldest first: its
 // timeline.
-func (s *Store) ChangeEvents(ctx context.Context, projectID, changeID int64) ([]Event, error) {
-	var es []Event
-	err := s.db.WithContext(ctx).Where("project_id = ? AND type LIKE 'change.%' AND data->>'changeId' = ?", projectID, fmt.Sprint(changeID)).
-		Order("id").Find(&es).Error
+func (s *Store) ChangeEvents(ctx context.Context, projectID, changeID int64) ([]NamedEvent, error) {
+	var es []NamedEvent
+	err := s.db.WithContext(ctx).Raw(namedEvents+`
+		WHERE e.project_id = ? AND e.type LIKE 'change.%' AND e.data->>'changeId' = ?
+		ORDER BY e.id`, projectID, fmt.Sprint(changeID)).Scan(&es).Error
 	if err != nil {
 		return nil, fmt.Errorf("models: events of change %d: %w", changeID, err)
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"atelier/internal/dbtest"
 	"atelier/models"
-	"atelier/pgembed/pgtest"
+	"atelier/testrig/dbtest"
+	"atelier/testrig/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

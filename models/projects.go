@@ -34,10 +34,13 @@ type Project struct {
 	CanonicalCommit  *string `json:"canonicalCommit"`
 	SandboxNetwork   string  `json:"sandboxNetwork" gorm:"default:deny"`
 	// CheckCommand verifies each Change (nil: an owner or admin approves).
-	CheckCommand *string    `json:"checkCommand" gorm:"check:projects_check_command_length,check_command IS NULL OR char_length(check_command) BETWEEN 1 AND 1000"`
-	CreatedBy    *int64     `json:"createdBy"`
-	CreatedAt    time.Time  `json:"createdAt"`
-	ArchivedAt   *time.Time `json:"archivedAt"`
+	CheckCommand *string `json:"checkCommand" gorm:"check:projects_check_command_length,check_command IS NULL OR char_length(check_command) BETWEEN 1 AND 1000"`
+	// CreatedBy is written once, at creation (the "<-:create" permission
+	// here, the trigger projects_creator_fixed in the table): the bound on
+	// projects a person may hold counts it.
+	CreatedBy  *int64     `json:"createdBy" gorm:"<-:create"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	ArchivedAt *time.Time `json:"archivedAt"`
 
 	// The Local folder as admitted at creation (workspace.Identity): set
 	// together, only for a Local project; nil on rows from before they
@@ -134,6 +137,62 @@ func (s *Store) ArchiveProject(ctx context.Context, id int64, at time.Time) erro
 		return fmt.Errorf("models: archive project %d: %w", id, translate(err))
 	}
 	return nil
+}
+
+// UnarchiveProject makes an archived project active again and returns
+// when it had been archived; ok is false when it was not archived (so
+// unarchiving twice is a no-op). The row stays locked until the
+// transaction ends.
+func (s *Store) UnarchiveProject(ctx context.Context, id int64) (archivedAt time.Time, ok bool, err error) {
+	var p Project
+	err = s.db.WithContext(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).First(&p, id).Error
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("models: unarchive project %d: %w", id, translate(err))
+	}
+	if !p.Archived() {
+		return time.Time{}, false, nil
+	}
+	// UpdateColumns skips BeforeSave, which checks whole rows; the
+	// table's CHECKs still guard this partial write.
+	err = s.db.WithContext(ctx).Model(&Project{}).Where("id = ?", id).
+		UpdateColumns(map[string]any{"status": StatusActive, "archived_at": nil}).Error
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("models: unarchive project %d: %w", id, translate(err))
+	}
+	return *p.ArchivedAt, true, nil
+}
+
+// ArchivedProject is an archived project as the site admins' dashboard
+// lists it, with its owners counted: a project whose last owner left has
+// none, and only a site admin can bring it back.
+type ArchivedProject struct {
+	ID         int64
+	Name       string
+	ArchivedAt time.Time
+	Owners     int
+}
+
+// ArchivedProjects lists every archived project, the latest archived first.
+func (s *Store) ArchivedProjects(ctx context.Context) ([]ArchivedProject, error) {
+	var ps []ArchivedProject
+	err := s.db.WithContext(ctx).Raw(`SELECT p.id, p.name, p.archived_at,
+			(SELECT count(*) FROM project_members AS m WHERE m.project_id = p.id AND m.role = ?) AS owners
+		FROM projects AS p WHERE p.status = ? ORDER BY p.archived_at DESC, p.id`, RoleOwner, StatusArchived).Scan(&ps).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: archived projects: %w", err)
+	}
+	return ps, nil
+}
+
+// NextProjectID draws the id the next project will have, so its folder's
+// name can be derived from it before the row is written.
+func (s *Store) NextProjectID(ctx context.Context) (int64, error) {
+	var id int64
+	err := s.db.WithContext(ctx).Raw(`SELECT nextval(pg_get_serial_sequence('projects', 'id'))`).Scan(&id).Error
+	if err != nil {
+		return 0, fmt.Errorf("models: next project id: %w", translate(err))
+	}
+	return id, nil
 }
 
 // LocalProjectsWithoutIdentity lists the Local projects whose folder's
@@ -289,6 +348,31 @@ func (s *Store) LockOwners(ctx context.Context, projectID int64) (int, error) {
 		return 0, fmt.Errorf("models: owners of project %d: %w", projectID, err)
 	}
 	return len(ms), nil
+}
+
+// EarliestAdminLocked returns the project admin who joined first and locks
+// their membership, or ErrNotFound when the project has no admin.
+func (s *Store) EarliestAdminLocked(ctx context.Context, projectID int64) (int64, error) {
+	var m Member
+	err := s.db.WithContext(ctx).Clauses(clause.Locking{Strength: "UPDATE"}).
+		Where("project_id = ? AND role = ?", projectID, RoleAdmin).
+		Order("created_at, user_id").Take(&m).Error
+	if err != nil {
+		return 0, fmt.Errorf("models: earliest admin of project %d: %w", projectID, translate(err))
+	}
+	return m.UserID, nil
+}
+
+// OwnersAndAdmins counts the project's owners and admins: the people who
+// may approve its Changes.
+func (s *Store) OwnersAndAdmins(ctx context.Context, projectID int64) (int, error) {
+	var n int
+	err := s.db.WithContext(ctx).Raw(`SELECT count(*) FROM project_members WHERE project_id = ? AND role IN (?, ?)`,
+		projectID, RoleOwner, RoleAdmin).Scan(&n).Error
+	if err != nil {
+		return 0, fmt.Errorf("models: owners and admins of project %d: %w", projectID, err)
+	}
+	return n, nil
 }
 
 // SetSandboxNetwork records whether the project's sandbox reaches the

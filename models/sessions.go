@@ -166,16 +166,17 @@ func (s *Store) FinishEndSession(ctx context.Context, id string, at time.Time) e
 	})
 }
 
-// OverdueSessions lists sessions to end: open ones idle since before
-// idleBefore, opened before openedBefore, or on an archived project, and
-// ending ones whose cleanup was interrupted.
+// OverdueSessions lists sessions to end: open ones of active projects idle
+// since before idleBefore or opened before openedBefore, and ending ones
+// whose cleanup was interrupted. Sessions of an archived project are
+// paused: no limit ends them until it is unarchived (ResumeSessions).
 func (s *Store) OverdueSessions(ctx context.Context, idleBefore, openedBefore time.Time) ([]CodeSession, error) {
 	var css []CodeSession
 	err := s.db.WithContext(ctx).Table("code_sessions").Select("code_sessions.*").
 		Joins("JOIN projects ON projects.id = code_sessions.project_id").
 		Where("code_sessions.state = ?", SessionEnding).
-		Or("code_sessions.state = ? AND (code_sessions.last_seen_at < ? OR code_sessions.opened_at < ? OR projects.status = ?)",
-			SessionOpen, idleBefore, openedBefore, StatusArchived).
+		Or("code_sessions.state = ? AND projects.status = ? AND (code_sessions.last_seen_at < ? OR code_sessions.opened_at < ?)",
+			SessionOpen, StatusActive, idleBefore, openedBefore).
 		Order("code_sessions.opened_at").Scan(&css).Error
 	if err != nil {
 		return nil, fmt.Errorf("models: overdue sessions: %w", err)
@@ -191,6 +192,40 @@ func (s *Store) UnfinishedSessionsOf(ctx context.Context, projectID int64) ([]Co
 		return nil, fmt.Errorf("models: sessions of project %d: %w", projectID, err)
 	}
 	return css, nil
+}
+
+// OpenSessionsOfMember lists userID's open sessions on the project.
+func (s *Store) OpenSessionsOfMember(ctx context.Context, projectID, userID int64) ([]CodeSession, error) {
+	var css []CodeSession
+	err := s.db.WithContext(ctx).Where("project_id = ? AND user_id = ? AND state = ?", projectID, userID, SessionOpen).Find(&css).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: sessions of user %d on project %d: %w", userID, projectID, err)
+	}
+	return css, nil
+}
+
+// OpenSessionsOfUser lists userID's open sessions on every project.
+func (s *Store) OpenSessionsOfUser(ctx context.Context, userID int64) ([]CodeSession, error) {
+	var css []CodeSession
+	err := s.db.WithContext(ctx).Where("user_id = ? AND state = ?", userID, SessionOpen).Find(&css).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: sessions of user %d: %w", userID, err)
+	}
+	return css, nil
+}
+
+// ResumeSessions restarts the clocks of the project's open sessions when
+// it is unarchived after being archived since pausedSince: each keeps the
+// age it had left (its opening moves forward by the time it was paused)
+// and counts as active now.
+func (s *Store) ResumeSessions(ctx context.Context, projectID int64, pausedSince, now time.Time) error {
+	err := s.db.WithContext(ctx).Exec(`UPDATE code_sessions
+		SET opened_at = opened_at + GREATEST(CAST(? AS timestamptz) - CAST(? AS timestamptz), interval '0'), last_seen_at = ?
+		WHERE project_id = ? AND state = ?`, now, pausedSince, now, projectID, SessionOpen).Error
+	if err != nil {
+		return fmt.Errorf("models: resume sessions of project %d: %w", projectID, translate(err))
+	}
+	return nil
 }
 
 // SessionFiles returns every changed path of the session, by path.

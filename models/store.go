@@ -21,6 +21,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"atelier/fault"
+	"atelier/internal/txwatch"
 )
 
 var (
@@ -66,7 +67,12 @@ var DefaultPool = Pool{MaxOpen: 20, MaxIdle: 5, MaxLifetime: time.Hour, MaxIdleT
 
 // Store runs every query of Atelier.
 type Store struct {
-	db *gorm.DB
+	db  *gorm.DB
+	dsn string // for connections outside the pool (Listener)
+	// pinned is a Store whose every statement runs on one connection,
+	// the one Exclusive holds: session locks taken through it are given
+	// back on the connection that took them.
+	pinned bool
 }
 
 // Open connects to dsn with the given pool limits. The schema must already be
@@ -97,7 +103,7 @@ func Open(ctx context.Context, dsn string, pool Pool) (*Store, error) {
 		sqlDB.Close()
 		return nil, err
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, dsn: dsn}, nil
 }
 
 // markUnavailable makes every statement that could not reach PostgreSQL
@@ -166,8 +172,10 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Tx runs fn in one transaction; an error or panic rolls it back.
 func (s *Store) Tx(ctx context.Context, fn func(tx *Store) error) error {
+	// A test's watch learns that ctx has a transaction open (txwatch).
+	defer txwatch.Begin(ctx)()
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		return fn(&Store{db: tx})
+		return fn(&Store{db: tx, dsn: s.dsn})
 	})
 	if err != nil && unreachable(err) && !errors.Is(err, ErrUnavailable) {
 		// BEGIN and COMMIT pass no callback.

@@ -25,12 +25,38 @@ type Terminal struct {
 	ClosedAt    *time.Time `json:"closedAt,omitempty"`
 }
 
-// CreateTerminal records a live shell.
-func (s *Store) CreateTerminal(ctx context.Context, t *Terminal) error {
-	if err := s.db.WithContext(ctx).Create(t).Error; err != nil {
-		return fmt.Errorf("models: create terminal: %w", translate(err))
+// ClaimTerminal records t's lease, live, unless its owner already holds
+// max live leases renewed since staleBefore, on any instance: a lease
+// nobody renewed since belongs to no running shell. The owner's user row
+// stays locked until the lease is written, so two claims of one person,
+// through any instances, cannot both take the last place. FOR NO KEY
+// UPDATE, unlike FOR UPDATE, lets rows that refer to the person be
+// written meanwhile.
+func (s *Store) ClaimTerminal(ctx context.Context, t *Terminal, max int, staleBefore time.Time) (claimed bool, err error) {
+	err = s.Tx(ctx, func(tx *Store) error {
+		db := tx.db.WithContext(ctx)
+		var locked []int64
+		if err := db.Raw(`SELECT id FROM users WHERE id = ? FOR NO KEY UPDATE`, t.UserID).Scan(&locked).Error; err != nil {
+			return err
+		}
+		if len(locked) == 0 {
+			return ErrNotFound
+		}
+		var n int
+		if err := db.Raw(`SELECT count(*) FROM terminals WHERE user_id = ? AND state = ? AND heartbeat_at >= ?`,
+			t.UserID, TerminalLive, staleBefore).Scan(&n).Error; err != nil {
+			return err
+		}
+		if n >= max {
+			return nil
+		}
+		claimed = true
+		return db.Create(t).Error
+	})
+	if err != nil {
+		return false, fmt.Errorf("models: claim terminal of user %d: %w", t.UserID, translate(err))
 	}
-	return nil
+	return claimed, nil
 }
 
 // TerminalByID returns the lease, or ErrNotFound.

@@ -22,7 +22,13 @@ type User struct {
 	PasswordHash string    `json:"-"`
 	IsAdmin      bool      `json:"isAdmin"`
 	CreatedAt    time.Time `json:"createdAt"`
+	// DisabledAt is when a site admin disabled the account; nil while it
+	// may sign in.
+	DisabledAt *time.Time `json:"disabledAt,omitempty"`
 }
+
+// Disabled reports whether the account may not sign in.
+func (u *User) Disabled() bool { return u.DisabledAt != nil }
 
 // BeforeSave mirrors the table's CHECKs so a bad row gets a friendly error.
 func (u *User) BeforeSave(*gorm.DB) error {
@@ -128,9 +134,11 @@ func (s *Store) LoginSessionUser(ctx context.Context, tokenHash []byte, now time
 	err := s.db.WithContext(ctx).Table("login_sessions AS ls").
 		Select(`ls.user_id, ls.csrf_token, ls.created_at AS ls_created, ls.expires_at,
 			u.id AS u_id, u.username AS u_username, u.password_hash AS u_password_hash,
-			u.is_admin AS u_is_admin, u.created_at AS u_created_at`).
+			u.is_admin AS u_is_admin, u.created_at AS u_created_at, u.disabled_at AS u_disabled_at`).
 		Joins("JOIN users AS u ON u.id = ls.user_id").
-		Where("ls.token_hash = ? AND ls.expires_at > ?", tokenHash, now).
+		// A disabled account's sign-ins are deleted as it is disabled; the
+		// condition holds should one be written by any other path.
+		Where("ls.token_hash = ? AND ls.expires_at > ? AND u.disabled_at IS NULL", tokenHash, now).
 		Take(&row).Error
 	if err != nil {
 		return nil, nil, fmt.Errorf("models: login session: %w", translate(err))

@@ -9,6 +9,7 @@
 //	.s.PGSQL.5432      the socket, and its .lock file
 //	postgres.log       the postmaster's output
 //	pgembed.lock       held while a process of ours starts the cluster
+//	owner.lock         held by the process of ours that runs the postmaster
 //
 // The package is Linux only: it reads /proc and uses Linux process attributes.
 package pgembed
@@ -44,6 +45,7 @@ const (
 	initName   = "data.initdb" // initdb's scratch folder, see initialize
 	logName    = "postgres.log"
 	lockName   = "pgembed.lock"
+	ownerName  = "owner.lock"
 	socketName = ".s.PGSQL.5432"
 
 	// maxSocketPath is what fits in sockaddr_un.sun_path with its NUL.
@@ -72,24 +74,52 @@ type Config struct {
 	// DieWithParent is for tests: the postmaster gets SIGQUIT when the
 	// process that started it dies, even by SIGKILL (see internal/tied).
 	DieWithParent bool
+	// Supervise is for the server, which needs the cluster for as long as
+	// it lives (see supervise.go): a postmaster that no live process of
+	// ours runs any more (one a killed server left behind) is stopped and
+	// started again as our child, and a postmaster that exits is started
+	// again, after a back-off, until Stop. Without it Start uses such an
+	// orphan as it is, and nothing restarts a postmaster that exits.
+	Supervise bool
 }
 
 // Cluster is a running PostgreSQL cluster, started by us or by another
 // process of ours on the same directory.
 type Cluster struct {
-	dir   string
-	owned bool
-	pid   int
-	log   *slog.Logger
+	dir string
+	log *slog.Logger
+	s   *starter // how it was started, to start it again
 
-	// Set for an owned cluster only.
-	proc    *os.Process
-	exited  chan struct{} // closed once the postmaster has exited and been reaped
-	waitErr error         // the postmaster's exit, readable once exited is closed
+	mu  sync.Mutex
+	cur *postmaster // the one serving, or the last one until another is up
+
+	// Set when supervised: Stop ends the supervisor and waits for it.
+	endSupervisor  context.CancelFunc
+	supervisorDone chan struct{}
 
 	stopMu  sync.Mutex
 	stopped bool
 	stopErr error
+}
+
+// postmaster is one run of the cluster's postmaster.
+type postmaster struct {
+	pid     int
+	started time.Time // when we started or found it
+
+	// Set when this process started it (it is then ours to stop).
+	proc    *os.Process
+	exited  chan struct{} // closed once the postmaster has exited and been reaped
+	waitErr error         // the postmaster's exit, readable once exited is closed
+}
+
+func (p *postmaster) owned() bool { return p.proc != nil }
+
+// current is the postmaster the cluster has now.
+func (c *Cluster) current() *postmaster {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur
 }
 
 // starter carries what Start works out before the postmaster runs.
@@ -99,6 +129,9 @@ type starter struct {
 	binDir string
 	acct   *account // nil when we are not root
 	log    *slog.Logger
+
+	ownerMu sync.Mutex
+	owner   *os.File // owner.lock, locked, while this process runs the postmaster
 }
 
 func (s *starter) dataDir() string { return filepath.Join(s.dir, dataName) }
@@ -130,7 +163,8 @@ func (s *starter) start(cmd *exec.Cmd, sig syscall.Signal, exited func(error)) e
 // Start makes sure a PostgreSQL cluster runs on cfg.Dir and returns it. It
 // runs initdb the first time, recovers from a server that was killed, and
 // attaches to the postmaster when another process of ours already runs one on
-// cfg.Dir. It returns once cfg.Database exists and accepts connections.
+// cfg.Dir (with cfg.Supervise, only when that process still lives). It
+// returns once cfg.Database exists and accepts connections.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("pgembed: Config.Dir is empty")
@@ -156,25 +190,52 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 
-	// Two processes of ours starting at once must not both run initdb or
-	// both take a postmaster.pid for stale.
-	unlock, err := lockDir(ctx, dir)
+	pm, err := s.bringUp(ctx)
 	if err != nil {
+		s.releaseOwner()
 		return nil, err
 	}
-	defer unlock()
-
-	c, err := s.startLocked(ctx)
-	if err != nil {
-		return nil, err
-	}
+	c := &Cluster{dir: dir, log: s.log, s: s, cur: pm}
 	if err := c.ensureDatabase(ctx, cfg.Database); err != nil {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = c.Stop(stopCtx)
 		return nil, err
 	}
+	if cfg.Supervise {
+		c.supervise()
+	}
 	return c, nil
+}
+
+// bringUp runs startLocked under the directory's start lock, so that two
+// processes of ours starting at once do not both run initdb or both take
+// a postmaster.pid for stale. While the process that owns the cluster is
+// about to start it again, it waits for it, up to startTimeout.
+func (s *starter) bringUp(ctx context.Context) (*postmaster, error) {
+	deadline := time.Now().Add(startTimeout)
+	for waited := false; ; waited = true {
+		unlock, err := lockDir(ctx, s.dir)
+		if err != nil {
+			return nil, err
+		}
+		pm, err := s.startLocked(ctx)
+		unlock()
+		if !errors.Is(err, errOwnerAway) {
+			return pm, err
+		}
+		if !waited {
+			s.log.Info("pgembed: another process of ours runs the cluster and is starting it again; waiting for it", "dir", s.dir)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("pgembed: %s: %w within %v", s.dir, errOwnerAway, startTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("pgembed: wait for the owner of %s: %w", s.dir, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // prepareDir creates the cluster directory and gives it to the cluster user.
@@ -202,19 +263,45 @@ func (s *starter) prepareDir() error {
 	return nil
 }
 
-// startLocked attaches to a live postmaster of the directory or starts one.
-func (s *starter) startLocked(ctx context.Context) (*Cluster, error) {
+// startLocked attaches to a live postmaster of the directory that another
+// process of ours runs, or starts one of its own. An orphan (a live
+// postmaster whose owner lock nobody holds) is attached to as well, unless
+// we supervise: then it is stopped and started again as our child. It
+// returns errOwnerAway while another process owns the cluster but runs no
+// postmaster.
+func (s *starter) startLocked(ctx context.Context) (*postmaster, error) {
 	pid, present, err := readPIDFile(s.dataDir())
 	if err != nil {
 		return nil, err
 	}
-	if present && pid > 0 && alive(pid) && servesDataDir(pid, s.dataDir()) {
-		c, err := s.attach(ctx, pid)
+	live := present && pid > 0 && alive(pid) && servesDataDir(pid, s.dataDir())
+	mine, err := s.takeOwner()
+	if err != nil {
+		return nil, err
+	}
+	if live && mine && s.cfg.Supervise {
+		if err := s.stopOrphan(ctx, pid); err != nil {
+			return nil, err
+		}
+		if pid, present, err = readPIDFile(s.dataDir()); err != nil {
+			return nil, err
+		}
+	} else if live {
+		if mine { // an orphan, which a command uses as it is
+			s.releaseOwner()
+		}
+		pm, err := s.attach(ctx, pid)
 		if err == nil || alive(pid) {
-			return c, err
+			return pm, err
 		}
 		// It stopped while we waited for it; start our own.
 		s.log.Info("pgembed: the running postmaster went away; starting a new one", "pid", pid)
+		if mine, err = s.takeOwner(); err != nil {
+			return nil, err
+		}
+	}
+	if !mine {
+		return nil, errOwnerAway
 	}
 	if present {
 		if err := s.clearStale(ctx, pid); err != nil {
@@ -260,77 +347,86 @@ func (s *starter) pickBinDir(major string) error {
 	return err
 }
 
-// attach returns a Cluster for a postmaster another process of ours runs.
-func (s *starter) attach(ctx context.Context, pid int) (*Cluster, error) {
-	c := &Cluster{dir: s.dir, pid: pid, log: s.log}
+// attach returns a postmaster another process of ours runs, once it
+// accepts connections.
+func (s *starter) attach(ctx context.Context, pid int) (*postmaster, error) {
 	s.log.Info("pgembed: attaching to the running PostgreSQL", "pid", pid, "dir", s.dir)
 	running := func() bool { return alive(pid) }
-	if err := waitReady(ctx, c.DSN(maintenanceDB), running); err != nil {
+	if err := waitReady(ctx, dsn(s.dir, maintenanceDB), running); err != nil {
 		return nil, fmt.Errorf("pgembed: postmaster %d of %s: %w", pid, s.dir, err)
 	}
-	return c, nil
+	return &postmaster{pid: pid, started: time.Now()}, nil
 }
 
 // DSN returns the libpq keyword/value connection string for database.
-func (c *Cluster) DSN(database string) string {
-	return "host=" + dsnValue(c.dir) +
+func (c *Cluster) DSN(database string) string { return dsn(c.dir, database) }
+
+func dsn(dir, database string) string {
+	return "host=" + dsnValue(dir) +
 		" port=" + strconv.Itoa(port) +
 		" user=" + superuser +
 		" dbname=" + dsnValue(database) +
 		" sslmode=disable"
 }
 
-// Owned reports whether Start launched the postmaster. It is false when Start
-// attached to one that another process of ours runs; Stop leaves that one be.
-func (c *Cluster) Owned() bool { return c.owned }
+// Owned reports whether this process runs the postmaster. It is false when
+// Start attached to one that another process of ours runs; Stop leaves that
+// one be.
+func (c *Cluster) Owned() bool { return c.current().owned() }
 
-// Stop shuts an owned cluster down: a fast shutdown (SIGINT), which rolls
-// back open transactions and closes connections, then an immediate one
-// (SIGQUIT) when ctx ends first. It does nothing for an attached cluster.
-// Calling it again returns the first call's result.
+// Stop ends the supervisor, if any, and shuts an owned cluster down: a fast
+// shutdown (SIGINT), which rolls back open transactions and closes
+// connections, then an immediate one (SIGQUIT) when ctx ends first. It
+// leaves an attached cluster running. Calling it again returns the first
+// call's result.
 func (c *Cluster) Stop(ctx context.Context) error {
-	if !c.owned {
-		return nil
-	}
 	c.stopMu.Lock()
 	defer c.stopMu.Unlock()
-	if !c.stopped {
-		c.stopped = true
-		c.stopErr = c.stop(ctx)
+	if c.stopped {
+		return c.stopErr
 	}
+	c.stopped = true
+	if c.endSupervisor != nil {
+		c.endSupervisor()
+		<-c.supervisorDone
+	}
+	if pm := c.current(); pm.owned() {
+		c.stopErr = c.stop(ctx, pm)
+	}
+	c.s.releaseOwner()
 	return c.stopErr
 }
 
-func (c *Cluster) stop(ctx context.Context) error {
+func (c *Cluster) stop(ctx context.Context, pm *postmaster) error {
 	select {
-	case <-c.exited:
-		return fmt.Errorf("pgembed: postmaster %d had exited before Stop: %v", c.pid, c.waitErr)
+	case <-pm.exited:
+		return fmt.Errorf("pgembed: postmaster %d had exited before Stop: %v", pm.pid, pm.waitErr)
 	default:
 	}
-	if err := c.proc.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("pgembed: stop postmaster %d: %w", c.pid, err)
+	if err := pm.proc.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("pgembed: stop postmaster %d: %w", pm.pid, err)
 	}
 	select {
-	case <-c.exited:
-		if c.waitErr != nil {
-			return fmt.Errorf("pgembed: postmaster %d: %w", c.pid, c.waitErr)
+	case <-pm.exited:
+		if pm.waitErr != nil {
+			return fmt.Errorf("pgembed: postmaster %d: %w", pm.pid, pm.waitErr)
 		}
-		c.log.Info("pgembed: PostgreSQL stopped", "pid", c.pid)
+		c.log.Info("pgembed: PostgreSQL stopped", "pid", pm.pid)
 		return nil
 	case <-ctx.Done():
 	}
 
-	c.log.Warn("pgembed: fast shutdown took too long; sending SIGQUIT", "pid", c.pid)
-	_ = c.proc.Signal(syscall.SIGQUIT)
+	c.log.Warn("pgembed: fast shutdown took too long; sending SIGQUIT", "pid", pm.pid)
+	_ = pm.proc.Signal(syscall.SIGQUIT)
 	timer := time.NewTimer(killDelay)
 	defer timer.Stop()
 	select {
-	case <-c.exited:
+	case <-pm.exited:
 	case <-timer.C:
-		_ = c.proc.Kill()
-		<-c.exited
+		_ = pm.proc.Kill()
+		<-pm.exited
 	}
-	return fmt.Errorf("pgembed: fast shutdown of postmaster %d unfinished, forced: %w", c.pid, ctx.Err())
+	return fmt.Errorf("pgembed: fast shutdown of postmaster %d unfinished, forced: %w", pm.pid, ctx.Err())
 }
 
 // ensureDatabase creates the database unless it exists.

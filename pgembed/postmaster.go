@@ -31,7 +31,7 @@ var errNotRunning = errors.New("postmaster is not running")
 
 // launch runs the postmaster as our child and waits until it accepts
 // connections.
-func (s *starter) launch(ctx context.Context) (*Cluster, error) {
+func (s *starter) launch(ctx context.Context) (*postmaster, error) {
 	logPath := filepath.Join(s.dir, logName)
 	if fi, err := os.Stat(logPath); err == nil && fi.Size() > maxLogSize {
 		_ = os.Rename(logPath, logPath+".1")
@@ -66,50 +66,55 @@ func (s *starter) launch(ctx context.Context) (*Cluster, error) {
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = s.procAttr()
-	c := &Cluster{dir: s.dir, owned: true, log: s.log, exited: make(chan struct{})}
+	pm := &postmaster{exited: make(chan struct{})}
 	exited := func(err error) {
-		c.waitErr = err
-		close(c.exited)
+		pm.waitErr = err
+		// Ownership ends with the postmaster, unless we supervise it:
+		// then we are about to start it again.
+		if !s.cfg.Supervise {
+			s.releaseOwner()
+		}
+		close(pm.exited)
 	}
 	if err := s.start(cmd, syscall.SIGQUIT, exited); err != nil {
 		return nil, fmt.Errorf("pgembed: start postgres: %w", err)
 	}
-	c.pid, c.proc = cmd.Process.Pid, cmd.Process
-	s.log.Info("pgembed: starting PostgreSQL", "pid", c.pid, "dir", s.dir, "bindir", s.binDir, "log", logPath)
+	pm.pid, pm.proc, pm.started = cmd.Process.Pid, cmd.Process, time.Now()
+	s.log.Info("pgembed: starting PostgreSQL", "pid", pm.pid, "dir", s.dir, "bindir", s.binDir, "log", logPath)
 
 	running := func() bool {
 		select {
-		case <-c.exited:
+		case <-pm.exited:
 			return false
 		default:
 			return true
 		}
 	}
-	if err := waitReady(ctx, c.DSN(maintenanceDB), running); err != nil {
+	if err := waitReady(ctx, dsn(s.dir, maintenanceDB), running); err != nil {
 		if errors.Is(err, errNotRunning) {
-			<-c.exited
-			err = fmt.Errorf("postmaster exited (%v)", c.waitErr)
+			<-pm.exited
+			err = fmt.Errorf("postmaster exited (%v)", pm.waitErr)
 		} else {
-			c.halt()
+			pm.halt()
 		}
 		return nil, fmt.Errorf("pgembed: start postgres on %s: %w; end of %s:\n%s",
 			s.dir, err, logPath, logTail(logPath, offset, 20))
 	}
-	s.log.Info("pgembed: PostgreSQL ready", "pid", c.pid)
-	return c, nil
+	s.log.Info("pgembed: PostgreSQL ready", "pid", pm.pid)
+	return pm, nil
 }
 
 // halt ends an owned postmaster at once: an immediate shutdown (SIGQUIT),
 // then SIGKILL if even that hangs.
-func (c *Cluster) halt() {
-	_ = c.proc.Signal(syscall.SIGQUIT)
+func (pm *postmaster) halt() {
+	_ = pm.proc.Signal(syscall.SIGQUIT)
 	timer := time.NewTimer(killDelay)
 	defer timer.Stop()
 	select {
-	case <-c.exited:
+	case <-pm.exited:
 	case <-timer.C:
-		_ = c.proc.Kill()
-		<-c.exited
+		_ = pm.proc.Kill()
+		<-pm.exited
 	}
 }
 

@@ -34,16 +34,25 @@ var (
 	ErrBadRole     = fault.New(fault.BadInput, "bad_role", "projects: role is owner, admin or member", "Role is owner, admin or member.")
 	ErrBadNetwork  = fault.New(fault.BadInput, "bad_network", "projects: the sandbox network is deny or allow", "The sandbox network is deny or allow.")
 	// ErrTooManyProjects is a creation past the projects one person may
-	// own. Waiting does not help, deleting one does: so a 403, not a 429.
-	ErrTooManyProjects = fault.New(fault.Forbidden, "too_many_projects", "projects: you own as many projects as a person may", "You own as many projects as a person may; delete one first.")
+	// create. Waiting does not help, deleting one does: so a 403, not a
+	// 429.
+	ErrTooManyProjects = fault.New(fault.Forbidden, "too_many_projects", "projects: you created as many projects as a person may", "You have created as many projects as a person may; delete one first.")
 )
 
-// maxDirNameTries bounds the search for a free workspace folder name.
-const maxDirNameTries = 100
+// maxDirNameTries bounds how many ids a creation draws when folder names
+// derived from them are taken (only something made outside Atelier can
+// take one).
+const maxDirNameTries = 3
 
-// SessionEnder ends the edit sessions of a project (editsession.Sessions).
+// SessionEnder ends the edit sessions of a project, or of one person on
+// it, resumes those an archive paused, and, for a deleted project, removes
+// what they keep for it as a whole (editsession.Sessions, the one owner of
+// a session's life).
 type SessionEnder interface {
 	EndProjectSessions(ctx context.Context, projectID int64, reason string) error
+	EndMemberSessions(ctx context.Context, projectID, userID int64) error
+	ResumeProjectSessions(ctx context.Context, tx *models.Store, projectID int64, pausedSince time.Time) error
+	EndProject(ctx context.Context, p *models.Project) error
 }
 
 // Service is the project use cases.
@@ -55,22 +64,41 @@ type Service struct {
 	code     *codestore.Store
 	now      func() time.Time
 	log      *slog.Logger
-	maxOwned int // projects one person may own
+	maxOwned int // projects one person may create (and keep)
 	roles    roles
+	// tell carries what this instance forgot to the others (TellPeers);
+	// nil tells no one.
+	tell func(ctx context.Context, forgotten string)
 }
 
-// DefaultMaxOwned is how many projects one person may own unless the
-// operator says otherwise.
+// DefaultMaxOwned is how many projects one person may have created (and
+// not deleted) unless the operator says otherwise.
 const DefaultMaxOwned = 100
 
-// NewService returns a Service; sessions ends the edit sessions of a
-// project that is archived or deleted.
-func NewService(store *models.Store, ws *workspace.Workspaces, git *gitsvc.Service, code *codestore.Store,
-	sessions SessionEnder, now func() time.Time, log *slog.Logger, maxOwned int) *Service {
-	if maxOwned <= 0 {
-		maxOwned = DefaultMaxOwned
+// Options are what a Service works with.
+type Options struct {
+	Store     *models.Store
+	Workspace *workspace.Workspaces
+	Git       *gitsvc.Service
+	Code      *codestore.Store
+	// Sessions ends the edit sessions of a project that is deleted or of
+	// a person who may no longer edit it, and resumes those of a project
+	// that is unarchived; nil when there are none.
+	Sessions SessionEnder
+	Now      func() time.Time
+	Log      *slog.Logger
+	// MaxOwned is how many projects one person may create (and keep);
+	// 0 is DefaultMaxOwned.
+	MaxOwned int
+}
+
+// NewService returns a Service.
+func NewService(o Options) *Service {
+	if o.MaxOwned <= 0 {
+		o.MaxOwned = DefaultMaxOwned
 	}
-	return &Service{store: store, ws: ws, git: git, code: code, sessions: sessions, now: now, log: log, maxOwned: maxOwned}
+	return &Service{store: o.Store, ws: o.Workspace, git: o.Git, code: o.Code, sessions: o.Sessions, now: o.Now,
+		log: o.Log, maxOwned: o.MaxOwned}
 }
 
 // WorkspaceForkName is the git service's repository where a person's
@@ -181,7 +209,7 @@ func (s *Service) Create(ctx context.Context, user *models.User, in CreateInput)
 		mode = models.ModeContainer
 	}
 	var path *string
-	var id workspace.Identity
+	var ident workspace.Identity
 	switch mode {
 	case models.ModeContainer:
 		if NormalizePath(in.Path) != "" {
@@ -190,7 +218,7 @@ func (s *Service) Create(ctx context.Context, user *models.User, in CreateInput)
 	case models.ModeLocal:
 		p := NormalizePath(in.Path)
 		var err error
-		if id, err = s.ws.AdmitLocal(p, isSiteAdmin(user)); err != nil {
+		if ident, err = s.ws.AdmitLocal(p, isSiteAdmin(user)); err != nil {
 			return nil, err
 		}
 		path = &p
@@ -198,20 +226,29 @@ func (s *Service) Create(ctx context.Context, user *models.User, in CreateInput)
 		return nil, ErrBadMode
 	}
 
-	base := workspace.DirNameFrom(name)
-	for n := 1; n <= maxDirNameTries; n++ {
+	// The folder's name derives from the row's id (workspace.DirNameFor),
+	// so no name, however many share it, can make a creation fail. Only a
+	// row or folder made outside Atelier can hold the name; the next id
+	// then gets another.
+	for range maxDirNameTries {
+		id, err := s.store.NextProjectID(ctx)
+		if err != nil {
+			return nil, err
+		}
 		p := &models.Project{
+			ID:               id,
 			Name:             name,
-			WorkspaceDirName: workspace.DirNameCandidate(base, n),
+			WorkspaceDirName: workspace.DirNameFor(name, id),
 			WorkspaceMode:    mode,
 			WorkspacePath:    path,
 			CreatedBy:        &user.ID,
 		}
 		if path != nil {
-			setIdentity(p, id)
+			setIdentity(p, ident)
 		}
-		err := s.insert(ctx, p, user.ID)
+		err = s.insert(ctx, p, user.ID)
 		if isDirNameTaken(err) {
+			s.log.Warn("a project's folder name is taken by something Atelier did not make", "dir", p.WorkspaceDirName)
 			continue
 		}
 		if err != nil {
@@ -221,49 +258,72 @@ func (s *Service) Create(ctx context.Context, user *models.User, in CreateInput)
 		s.publishCanonical(ctx, p)
 		return p, nil
 	}
-	return nil, fmt.Errorf("projects: no free workspace folder name for %q after %d tries", base, maxDirNameTries)
+	return nil, fmt.Errorf("projects: %d folder names in a row were taken in the workspaces root", maxDirNameTries)
 }
 
-// insert writes the row and, for a Container project, makes its folder and
-// its canonical repository with a first commit in the same step: if either
-// cannot be made the row is rolled back, and if the commit fails they are
-// removed.
+// insert writes the project. A Container project's folder and canonical
+// repository (its first commit, which git makes) are made first, under
+// names derived from the id alone, with no transaction open; the row is
+// then written with that commit in one short transaction. So no page ever
+// sees a project without its folder or repository, and when the row
+// cannot be written (the bound was reached meanwhile, a row holds the
+// folder's name) both are removed again. A crash in between leaves a
+// folder and a repository no row names, which no later project adopts:
+// ids are drawn once, and both creators refuse an existing folder.
 func (s *Service) insert(ctx context.Context, p *models.Project, ownerID int64) error {
-	var madeDir, madeRepo bool
-	err := s.store.Tx(ctx, func(tx *models.Store) error {
-		// Counted under the owner's row lock, so two creations at once
-		// cannot both take the last place. Site admins are bound too: a
-		// project costs the server a repository and a folder whoever
-		// makes it, and the operator raises the bound when needed.
-		owned, err := tx.OwnedProjectsLocked(ctx, ownerID)
-		if err != nil {
-			return err
-		}
-		if owned >= s.maxOwned {
-			return ErrTooManyProjects
-		}
-		if err := tx.CreateProject(ctx, p, ownerID); err != nil {
-			return err
-		}
-		if p.WorkspaceMode != models.ModeContainer {
-			return nil
-		}
-		if _, err := s.ws.CreateManaged(p.WorkspaceDirName); err != nil {
-			return err
-		}
-		madeDir = true
-		_, first, err := s.git.CreateCanonical(ctx, CanonicalName(p.ID))
-		if err != nil {
-			return err
-		}
-		madeRepo = true
-		p.CanonicalCommit = &first
-		return tx.SetCanonicalCommit(ctx, p.ID, first)
-	})
+	// A person at the bound is refused before git runs; the count taken
+	// under the lock below is the one that decides.
+	created, err := s.store.CreatedProjects(ctx, ownerID)
 	if err != nil {
-		s.removeOwned(ctx, p, madeDir, madeRepo)
+		return err
+	}
+	if created >= s.maxOwned {
+		return ErrTooManyProjects
+	}
+	madeDir, madeRepo, err := s.makeOwned(ctx, p)
+	if err == nil {
+		err = s.store.Tx(ctx, func(tx *models.Store) error {
+			// Counted under the creator's row lock, so two creations at
+			// once cannot both take the last place. Site admins are bound
+			// too: a project costs the server a repository and a folder
+			// whoever makes it, and the operator raises the bound when
+			// needed. What counts is what the person created: ownership
+			// others offer takes no place, and giving a project away frees
+			// none.
+			created, err := tx.CreatedProjectsLocked(ctx, ownerID)
+			if err != nil {
+				return err
+			}
+			if created >= s.maxOwned {
+				return ErrTooManyProjects
+			}
+			return tx.CreateProject(ctx, p, ownerID)
+		})
+	}
+	if err != nil {
+		// Also when the request ended: what is left would be garbage.
+		s.removeOwned(context.WithoutCancel(ctx), p, madeDir, madeRepo)
 	}
 	return err
+}
+
+// makeOwned makes a Container project's managed folder and its canonical
+// repository with a first commit, which it records in p, and says which of
+// the two it made: only those are removed on failure, never a folder or
+// repository that was there before.
+func (s *Service) makeOwned(ctx context.Context, p *models.Project) (dir, repo bool, err error) {
+	if p.WorkspaceMode != models.ModeContainer {
+		return false, false, nil
+	}
+	if _, err := s.ws.CreateManaged(p.WorkspaceDirName); err != nil {
+		return false, false, err
+	}
+	_, first, err := s.git.CreateCanonical(ctx, CanonicalName(p.ID))
+	if err != nil {
+		return true, false, err
+	}
+	p.CanonicalCommit = &first
+	return true, true, nil
 }
 
 // removeOwned deletes what Atelier keeps on disk for a project.
@@ -405,38 +465,80 @@ func (s *Service) CodeReady(p *models.Project) error {
 	return s.ws.CodeReady(Location(p))
 }
 
-// Archive makes the project read-only. Archiving twice is fine.
+// Archive makes the project read-only. Archiving twice is fine. Its open
+// edit sessions are paused, not ended: their edits and forks stay, their
+// shells close (Shells' heartbeat sees the project archived) and they take
+// no change until Unarchive.
 func (s *Service) Archive(ctx context.Context, acc *Access) error {
 	if err := s.store.ArchiveProject(ctx, acc.Project.ID, s.now()); err != nil {
 		return err
 	}
-	s.roles.forgetProject(acc.Project.ID)
-	// A session that is not ended here ends at its next request or the
-	// next sweep, which see the project archived.
-	if err := s.sessions.EndProjectSessions(ctx, acc.Project.ID, "archived"); err != nil {
-		s.log.Warn("sessions of an archived project not ended yet", "project", acc.Project.ID, "err", err)
-	}
+	s.forgetProject(ctx, acc.Project.ID)
 	s.log.Info("project archived", "project", acc.Project.ID, "by", acc.User.Username)
 	return nil
 }
 
-// Delete removes the project and everything Atelier keeps for it. A Local
-// project's folder belongs to the person and is never touched.
+// Unarchive makes an archived project active again; unarchiving an active
+// one is a no-op. Its owners may, and site admins, members or not (a
+// project whose last owner left without an admin to take it has nobody
+// else who could); a project admin may archive but not undo it, so an
+// archive never takes the project from its owners. The paused sessions
+// resume in the same transaction, with the age they had left.
+func (s *Service) Unarchive(ctx context.Context, user *models.User, projectID int64) error {
+	if user == nil {
+		return auth.ErrSignInRequired
+	}
+	if !isSiteAdmin(user) {
+		if _, err := s.Authorize(ctx, user, projectID, auth.ProjectOwn); err != nil {
+			return err
+		}
+	}
+	err := s.store.Tx(ctx, func(tx *models.Store) error {
+		since, was, err := tx.UnarchiveProject(ctx, projectID)
+		if errors.Is(err, models.ErrNotFound) {
+			return ErrNotFound
+		}
+		if err != nil || !was {
+			return err
+		}
+		return s.sessions.ResumeProjectSessions(ctx, tx, projectID, since)
+	})
+	if err != nil {
+		return err
+	}
+	s.forgetProject(ctx, projectID)
+	s.log.Info("project unarchived", "project", projectID, "by", user.Username)
+	return nil
+}
+
+// Delete removes the project and everything Atelier keeps for it: its
+// sessions (their forks and folders), its canonical repository and managed
+// folder, its workspace forks, and, through the collector, the objects its
+// trees alone held. A Local project's folder belongs to the person and is
+// never touched.
 func (s *Service) Delete(ctx context.Context, acc *Access) error {
 	p := acc.Project
 	// Their forks must go while the rows still name them.
 	if err := s.sessions.EndProjectSessions(ctx, p.ID, "project_deleted"); err != nil {
 		return err
 	}
+	// While the row still holds the folder's name: a Local project made
+	// later under the same name would take its area over.
+	if err := s.sessions.EndProject(ctx, p); err != nil {
+		s.log.Error("sessions' folders of a deleted project left behind", "project", p.ID, "err", err)
+	}
 	if err := s.store.DeleteProject(ctx, p.ID); err != nil {
 		return err
 	}
-	s.roles.forgetProject(p.ID)
+	s.forgetProject(ctx, p.ID)
 	// The row is gone, so what is left on disk is only garbage: a later
 	// project never adopts it (both creators refuse an existing folder).
 	container := p.WorkspaceMode == models.ModeContainer
 	s.removeOwned(ctx, p, container, container)
 	s.removeWorkspaceForks(ctx, p)
+	// Its trees are dead now; what no other tree shares goes once it is
+	// older than the collector's grace.
+	s.code.CollectSoon()
 	s.log.Info("project deleted", "project", p.ID, "by", acc.User.Username)
 	return nil
 }
@@ -452,63 +554,4 @@ func (s *Service) SetSandboxNetwork(ctx context.Context, acc *Access, network st
 	}
 	s.log.Info("sandbox network set", "project", acc.Project.ID, "network", network, "by", acc.User.Username)
 	return nil
-}
-
-// Members lists the project's members.
-func (s *Service) Members(ctx context.Context, acc *Access) ([]models.ProjectMember, error) {
-	return s.store.Members(ctx, acc.Project.ID)
-}
-
-// SetMember adds username with role or changes their role.
-func (s *Service) SetMember(ctx context.Context, acc *Access, username string, role auth.Role) error {
-	if !auth.ValidRole(role) {
-		return ErrBadRole
-	}
-	return s.changeMember(ctx, acc, username, role)
-}
-
-// RemoveMember takes username out of the project.
-func (s *Service) RemoveMember(ctx context.Context, acc *Access, username string) error {
-	return s.changeMember(ctx, acc, username, "")
-}
-
-// changeMember gives username the role, or removes them when role is "".
-// Granting or taking the owner role needs an owner, and the last owner
-// stays; the owners are locked so two changes cannot both remove "the
-// other" owner.
-func (s *Service) changeMember(ctx context.Context, acc *Access, username string, role auth.Role) error {
-	u, err := s.store.UserByName(ctx, strings.TrimSpace(username))
-	if errors.Is(err, models.ErrNotFound) {
-		return ErrUnknownUser
-	}
-	if err != nil {
-		return err
-	}
-	// Forgotten once the change is committed, so a request racing it cannot
-	// keep the old role.
-	defer s.roles.forget(memberKey{project: acc.Project.ID, user: u.ID})
-	return s.store.Tx(ctx, func(tx *models.Store) error {
-		owners, err := tx.LockOwners(ctx, acc.Project.ID)
-		if err != nil {
-			return err
-		}
-		current, err := tx.MemberRole(ctx, acc.Project.ID, u.ID)
-		switch {
-		case errors.Is(err, models.ErrNotFound) && role == "":
-			return ErrUnknownUser
-		case err != nil && !errors.Is(err, models.ErrNotFound):
-			return err
-		}
-		wasOwner := current == models.RoleOwner
-		if (wasOwner || role == auth.RoleOwner) && !acc.Can(auth.ProjectOwn) {
-			return auth.ErrForbidden
-		}
-		if wasOwner && role != auth.RoleOwner && owners <= 1 {
-			return ErrLastOwner
-		}
-		if role == "" {
-			return tx.RemoveMember(ctx, acc.Project.ID, u.ID)
-		}
-		return tx.SetMember(ctx, &models.Member{ProjectID: acc.Project.ID, UserID: u.ID, Role: string(role)})
-	})
 }

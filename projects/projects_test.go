@@ -12,10 +12,10 @@ import (
 	"atelier/auth"
 	"atelier/editsession"
 	"atelier/events"
-	"atelier/internal/stacktest"
 	"atelier/models"
-	"atelier/pgembed/pgtest"
 	"atelier/projects"
+	"atelier/testrig/pgtest"
+	"atelier/testrig/stacktest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -23,10 +23,11 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // fixture is a Service over a real database, real git and a local object
 // store, with one Container project and its people.
 type fixture struct {
-	svc     *projects.Service
-	store   *models.Store
-	project *models.Project
-	people  map[string]*models.User // owner, admin, member, outsider
+	svc      *projects.Service
+	sessions *editsession.Sessions
+	store    *models.Store
+	project  *models.Project
+	people   map[string]*models.User // owner, admin, member, outsider
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -34,13 +35,16 @@ func newFixture(t *testing.T) *fixture {
 	ctx := context.Background()
 	st := stacktest.New(t)
 	store, git, code, ws, log := st.DB, st.Git, st.Code, st.WS, st.Log
-	rec := events.New(store, log)
+	rec := events.New(store, log, events.Config{})
 	t.Cleanup(rec.Close)
-	sessions := editsession.New(store, git, code, ws, rec, editsession.DefaultConfig, time.Now, log)
+	sessions := editsession.New(editsession.Options{DB: store, Git: git, Code: code, Workspace: ws, Events: rec,
+		Config: editsession.DefaultConfig, Now: time.Now, Log: log})
 	f := &fixture{
-		svc:    projects.NewService(store, ws, git, code, sessions, time.Now, log, 0),
-		store:  store,
-		people: map[string]*models.User{},
+		svc: projects.NewService(projects.Options{Store: store, Workspace: ws, Git: git, Code: code, Sessions: sessions,
+			Now: time.Now, Log: log}),
+		sessions: sessions,
+		store:    store,
+		people:   map[string]*models.User{},
 	}
 	for _, name := range []string{"owner", "admin", "member", "outsider"} {
 		u := &models.User{Username: name, PasswordHash: "x"}
@@ -55,7 +59,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	owner := f.access(t, "owner", auth.ProjectOwn)
 	for _, role := range []auth.Role{auth.RoleAdmin, auth.RoleMember} {
-		if err := f.svc.SetMember(ctx, owner, string(role), role); err != nil {
+		if _, err := f.svc.SetMember(ctx, owner, string(role), role); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -138,43 +142,56 @@ func TestAuthorizeMatrix(t *testing.T) {
 	}
 }
 
-// Roles change only as ownership allows, and a project never loses its
-// last owner.
+// Roles change only as ownership allows, ownership is offered rather than
+// given, and a project never loses its last owner.
 func TestMembershipRules(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	admin := f.access(t, "admin", auth.ProjectManage)
 	owner := f.access(t, "owner", auth.ProjectOwn)
 
-	cases := []struct {
-		name string
-		acc  *projects.Access
-		user string
-		role auth.Role // "" removes
-		want error
-	}{
-		{"an admin cannot make an owner", admin, "member", auth.RoleOwner, auth.ErrForbidden},
-		{"an admin cannot demote the owner", admin, "owner", auth.RoleMember, auth.ErrForbidden},
-		{"an admin cannot remove the owner", admin, "owner", "", auth.ErrForbidden},
-		{"an unknown role", owner, "member", "root", projects.ErrBadRole},
-		{"an unknown person", owner, "nobody", auth.RoleMember, projects.ErrUnknownUser},
-		{"removing a non-member", owner, "outsider", "", projects.ErrUnknownUser},
-		{"the last owner stays", owner, "owner", auth.RoleAdmin, projects.ErrLastOwner},
-		{"an admin adds a member", admin, "outsider", auth.RoleMember, nil},
-		{"the owner makes a second owner", owner, "admin", auth.RoleOwner, nil},
-		{"then the first may step down", owner, "owner", auth.RoleMember, nil},
+	type step struct {
+		name   string
+		acc    *projects.Access
+		user   string
+		role   auth.Role // "" removes
+		want   error
+		change projects.MemberChange
 	}
-	for _, c := range cases {
-		var err error
-		if c.role == "" {
-			err = f.svc.RemoveMember(ctx, c.acc, c.user)
-		} else {
-			err = f.svc.SetMember(ctx, c.acc, c.user, c.role)
-		}
-		if !errors.Is(err, c.want) {
-			t.Fatalf("%s: got %v, want %v", c.name, err, c.want)
+	run := func(steps []step) {
+		t.Helper()
+		for _, c := range steps {
+			var err error
+			change := projects.RoleGiven
+			if c.role == "" {
+				err = f.svc.RemoveMember(ctx, c.acc, c.user)
+			} else {
+				change, err = f.svc.SetMember(ctx, c.acc, c.user, c.role)
+			}
+			if !errors.Is(err, c.want) || change != c.change {
+				t.Fatalf("%s: got %v (%v), want %v (%v)", c.name, err, change, c.want, c.change)
+			}
 		}
 	}
+	run([]step{
+		{"an admin cannot offer ownership", admin, "member", auth.RoleOwner, auth.ErrForbidden, 0},
+		{"an admin cannot demote the owner", admin, "owner", auth.RoleMember, auth.ErrForbidden, 0},
+		{"an admin cannot remove the owner", admin, "owner", "", auth.ErrForbidden, 0},
+		{"an unknown role", owner, "member", "root", projects.ErrBadRole, 0},
+		{"an unknown person", owner, "nobody", auth.RoleMember, projects.ErrUnknownUser, 0},
+		{"removing a non-member", owner, "outsider", "", projects.ErrUnknownUser, 0},
+		{"the last owner stays", owner, "owner", auth.RoleAdmin, projects.ErrLastOwner, 0},
+		{"an admin adds a member", admin, "outsider", auth.RoleMember, nil, projects.RoleGiven},
+		{"the owner offers ownership", owner, "admin", auth.RoleOwner, nil, projects.OwnerInvited},
+		{"offering it again is no error", owner, "admin", auth.RoleOwner, nil, projects.OwnerInvited},
+		{"an owner is one already", owner, "owner", auth.RoleOwner, nil, projects.RoleGiven},
+		{"an offer changes nothing: the owner is still the last", owner, "owner", auth.RoleMember, projects.ErrLastOwner, 0},
+	})
+	if err := f.svc.AcceptInvitation(ctx, f.people["admin"], f.project.ID); err != nil {
+		t.Fatalf("accepting: %v", err)
+	}
+	run([]step{{"once it is accepted, the first may step down", owner, "owner", auth.RoleMember, nil, projects.RoleGiven}})
+
 	roles := map[string]string{}
 	members, err := f.svc.Members(ctx, owner)
 	if err != nil {
@@ -195,10 +212,12 @@ func TestMembershipRules(t *testing.T) {
 func TestOwnedProjectsAreBounded(t *testing.T) {
 	ctx := context.Background()
 	st := stacktest.New(t)
-	rec := events.New(st.DB, st.Log)
+	rec := events.New(st.DB, st.Log, events.Config{})
 	t.Cleanup(rec.Close)
-	sessions := editsession.New(st.DB, st.Git, st.Code, st.WS, rec, editsession.DefaultConfig, time.Now, st.Log)
-	svc := projects.NewService(st.DB, st.WS, st.Git, st.Code, sessions, time.Now, st.Log, 4)
+	sessions := editsession.New(editsession.Options{DB: st.DB, Git: st.Git, Code: st.Code, Workspace: st.WS, Events: rec,
+		Config: editsession.DefaultConfig, Now: time.Now, Log: st.Log})
+	svc := projects.NewService(projects.Options{Store: st.DB, Workspace: st.WS, Git: st.Git, Code: st.Code,
+		Sessions: sessions, Now: time.Now, Log: st.Log, MaxOwned: 4})
 	u := &models.User{Username: "prolific", PasswordHash: "x"}
 	if err := st.DB.CreateUser(ctx, u); err != nil {
 		t.Fatal(err)

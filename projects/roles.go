@@ -3,6 +3,7 @@ package projects
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 // RoleRecheck is how long a membership read from the database is believed
 // without asking again. A change made through this instance (a member
 // removed, a role changed, the project archived or deleted) takes effect
-// at once; one made through another instance within this.
+// at once, and on the other instances as soon as they hear of it
+// (TellPeers); a change whose news was lost, within this.
 const RoleRecheck = 2 * time.Second
 
 // rolesMax bounds the remembered memberships; past it they are all
@@ -88,6 +90,52 @@ func (r *roles) forgetProject(projectID int64) {
 		}
 	}
 	r.mu.Unlock()
+}
+
+// What one instance tells the others it forgot: one person's membership
+// of a project, or every membership of a project.
+const (
+	forgetMember  = "member %d %d" // project, user
+	forgetProject = "project %d"
+)
+
+// TellPeers makes every membership this Service forgets known to tell: the
+// server hands each to the other instances, whose Forget stops believing
+// it at once. Called before the Service serves.
+func (s *Service) TellPeers(tell func(ctx context.Context, forgotten string)) { s.tell = tell }
+
+func (s *Service) forgetMember(ctx context.Context, k memberKey) {
+	s.roles.forget(k)
+	if s.tell != nil {
+		s.tell(ctx, fmt.Sprintf(forgetMember, k.project, k.user))
+	}
+}
+
+func (s *Service) forgetProject(ctx context.Context, projectID int64) {
+	s.roles.forgetProject(projectID)
+	if s.tell != nil {
+		s.tell(ctx, fmt.Sprintf(forgetProject, projectID))
+	}
+}
+
+// Forget acts on what another instance told through TellPeers; anything
+// else is ignored (the next check of RoleRecheck still comes).
+func (s *Service) Forget(forgotten string) {
+	var k memberKey
+	if n, _ := fmt.Sscanf(forgotten, forgetMember, &k.project, &k.user); n == 2 {
+		s.roles.forget(k)
+	} else if n, _ := fmt.Sscanf(forgotten, forgetProject, &k.project); n == 1 {
+		s.roles.forgetProject(k.project)
+	}
+}
+
+// ForgetAll forgets every membership, for when news of some may have been
+// lost: each costs one query on its next use.
+func (s *Service) ForgetAll() {
+	s.roles.mu.Lock()
+	s.roles.gen++
+	s.roles.entries = nil
+	s.roles.mu.Unlock()
 }
 
 // Permit is Authorize's verdict on action without the project's row: nil,

@@ -71,7 +71,9 @@ func BenchmarkOneShotSpare(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond) // its start-up, between two commands
+		// Not a wait: the pause between two commands of a session, in
+		// which the spare starts up as it would in use.
+		time.Sleep(200 * time.Millisecond)
 		spec := s.spec("true")
 		spec.Spare = spare
 		start := time.Now()

@@ -10,9 +10,11 @@ const readChunk = 32 << 10
 
 // capture collects a command's stdout and stderr within the limits, in
 // memory bounded by them: Tail keeps a ring per stream, otherwise the first
-// bytes are kept and the rest is counted and dropped.
+// bytes are kept and the rest is counted and dropped. Every byte read also
+// goes to live (Spec.Output), when there is one.
 type capture struct {
 	lim      Limits
+	live     io.Writer
 	mu       sync.Mutex
 	out, err stream
 	kept     int64 // bytes kept in both streams (head mode)
@@ -27,8 +29,8 @@ type stream struct {
 	cut   bool   // head mode: some bytes were dropped
 }
 
-func newCapture(lim Limits) *capture {
-	c := &capture{lim: lim, over: make(chan struct{})}
+func newCapture(lim Limits, live io.Writer) *capture {
+	c := &capture{lim: lim, live: live, over: make(chan struct{})}
 	if lim.Tail {
 		n := lim.MaxStream
 		if lim.MaxCombined > 0 && lim.MaxCombined < n {
@@ -59,6 +61,9 @@ func (c *capture) drain(r io.Reader, s *stream) {
 func (c *capture) write(s *stream, p []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.live != nil {
+		c.live.Write(p)
+	}
 	s.total += int64(len(p))
 	if c.lim.Tail {
 		s.tail.write(p)

@@ -22,6 +22,19 @@ import (
 // past its size fail with ENOSPC inside it, and the host gives it at most
 // its size, whatever file system (ext4, xfs, ...) holds the file: no quota
 // support of the host is needed.
+//
+// What the session deletes goes back to the host at once: the disk is
+// mounted with discard, and a loop device answers a discard by punching a
+// hole of that range in its file. Without a journal, ext4 discards each
+// extent as it frees it rather than at a later commit, so the file holds
+// what the session's files use plus the file system's own metadata, never
+// the blocks of files gone. A periodic FITRIM (what fstrim does) was the
+// other way: it needs a pass over every mounted disk on a timer, and until
+// the pass a session that writes and deletes in a loop keeps its image at
+// its full size, so the slack would be bounded by time, not by bytes. A
+// discard here costs the host's file system a hole punch, not a device's
+// TRIM. Where the host's file system cannot punch holes, the mount still
+// succeeds and freed blocks stay in the image, as they did before.
 
 // MountDisk mounts the file system in image at target, making image (size
 // bytes, sparse) when it is missing. A target that already is a mount
@@ -29,23 +42,14 @@ import (
 // the caller makes the session's folders in it. Nothing on the disk is
 // setuid or a device to the kernel.
 func MountDisk(image, target string, size int64) error {
-	if !cleanAbs(image) || !cleanAbs(target) {
-		return fmt.Errorf("%w: %q and %q must be clean absolute paths", ErrBadSpec, image, target)
-	}
-	if isSymlink(target) {
-		return fmt.Errorf("%w: %s", ErrSymlink, target)
-	}
-	if err := os.Mkdir(target, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%w: %w", ErrDisk, err)
-	}
-	if mounted, err := isMountPoint(target); err != nil || mounted {
+	if mounted, err := mountTarget(image, target); err != nil || mounted {
 		return err
 	}
 	made, err := makeImage(image, size)
 	if err != nil {
 		return err
 	}
-	if err := mountImage(image, target); err != nil {
+	if err := mountImage(image, target, unix.MS_NOSUID|unix.MS_NODEV); err != nil {
 		if made {
 			os.Remove(image) // a half-made image is made again next time
 		}
@@ -90,6 +94,21 @@ func UnmountDisk(image, target string) error {
 // server that ended abruptly leaves them, and removes the images. Call it
 // at start, before any session of dir's server runs.
 func CleanDisks(dir string) error {
+	_, err := detachLoops(dir)
+	errs := []error{err}
+	images, _ := filepath.Glob(filepath.Join(filepath.Clean(dir), "*.img"))
+	for _, img := range images {
+		if err := os.Remove(img); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrDisk, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// detachLoops unmounts, wherever this mount namespace has them, the loop
+// devices whose image lies in dir, and detaches them; it answers those
+// images.
+func detachLoops(dir string) (images []string, err error) {
 	dir = filepath.Clean(dir)
 	loops, _ := filepath.Glob("/sys/block/loop*")
 	var errs []error
@@ -102,6 +121,7 @@ func CleanDisks(dir string) error {
 		if filepath.Dir(backing) != dir {
 			continue
 		}
+		images = append(images, backing)
 		dev, err := os.ReadFile(filepath.Join(l, "dev"))
 		if err != nil {
 			continue
@@ -121,13 +141,7 @@ func CleanDisks(dir string) error {
 			f.Close()
 		}
 	}
-	images, _ := filepath.Glob(filepath.Join(dir, "*.img"))
-	for _, img := range images {
-		if err := os.Remove(img); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %w", ErrDisk, err))
-		}
-	}
-	return errors.Join(errs...)
+	return images, errors.Join(errs...)
 }
 
 // makeImage makes image as a sparse file of size bytes holding an empty
@@ -166,8 +180,8 @@ func makeImage(image string, size int64) (made bool, err error) {
 }
 
 // mountImage attaches image to a free loop device that frees itself when
-// unmounted, and mounts it at target.
-func mountImage(image, target string) error {
+// unmounted, and mounts it at target with flags.
+func mountImage(image, target string, flags uintptr) error {
 	img, err := os.OpenFile(image, os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrDisk, err)
@@ -205,7 +219,8 @@ func mountImage(image, target string) error {
 		}
 		// noinit_itable: the kernel would otherwise zero the inode tables
 		// in the background, writing blocks the sparse file does not need.
-		err = unix.Mount(dev, target, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "noinit_itable")
+		// discard: freed blocks leave the image at once (see above).
+		err = unix.Mount(dev, target, "ext4", flags, "noinit_itable,discard")
 		// Mounted, the device stays attached until the unmount; not
 		// mounted, closing it detaches it (autoclear).
 		loop.Close()
@@ -263,4 +278,20 @@ func unescapeMount(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// mountTarget checks a disk's image and mount point and makes the mount
+// point (mode 0711, root's), answering whether a file system is mounted
+// there already.
+func mountTarget(image, target string) (mounted bool, err error) {
+	if !cleanAbs(image) || !cleanAbs(target) {
+		return false, fmt.Errorf("%w: %q and %q must be clean absolute paths", ErrBadSpec, image, target)
+	}
+	if isSymlink(target) {
+		return false, fmt.Errorf("%w: %s", ErrSymlink, target)
+	}
+	if err := os.Mkdir(target, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+		return false, fmt.Errorf("%w: %w", ErrDisk, err)
+	}
+	return isMountPoint(target)
 }

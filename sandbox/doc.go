@@ -43,7 +43,8 @@
 //     RLIMIT_CORE 0;
 //   - builds the jail (jail_linux.go): a tmpfs root holding read-only
 //     binds of Config.ROPaths, the checkout at /workspace, the session's
-//     HOME at /home/atelier and its /tmp, a minimal /dev with a private
+//     HOME at /home/atelier and its /tmp, the project's cache at
+//     /home/atelier/.cache (cache_linux.go), a minimal /dev with a private
 //     devpts and a small /dev/shm, /proc of the PID namespace, and
 //     generated /etc/passwd and /etc/group naming the uid atelier and a
 //     resolv.conf of the network policy (resolv_linux.go); it
@@ -63,9 +64,11 @@
 //     set is empty;
 //   - enters Dir (/workspace/<folder>) as the user, resets ignored signals
 //     to their defaults, and starts the command as its child, in a session
-//     of its own, with only PATH, HOME, LANG=C.UTF-8 and TERM; without a
-//     memory cgroup the child gets RLIMIT_DATA (not RLIMIT_AS, which
-//     breaks Go and JVM tools that reserve address space);
+//     of its own, with only PATH, HOME, LANG=C.UTF-8, TERM and the
+//     variables that point the usual tools' caches into HOME/.cache;
+//     without a memory cgroup the child gets RLIMIT_DATA (not RLIMIT_AS,
+//     which breaks Go and JVM tools that reserve address space) through
+//     util-linux's prlimit, which sets it and then execs the command;
 //   - stays as PID 1: passes SIGTERM, SIGINT and SIGHUP on to the
 //     namespace, reaps orphans, and exits with the command's status once
 //     it has exited, which makes the kernel kill the rest of the

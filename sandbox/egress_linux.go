@@ -23,6 +23,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"atelier/netblock"
 )
 
 // Network Allow is the internet, not the host. A command with Allow gets a
@@ -31,9 +33,11 @@ import (
 // connections on the namespace's behalf. It runs with
 // --disable-host-loopback, so the host's 127.0.0.1 is never behind its
 // gateway, and an nftables filter inside the namespace refuses what the
-// host itself can reach but the internet cannot: loopback other than the
-// namespace's own lo, link-local (cloud metadata at 169.254.169.254),
-// private and CGNAT networks, and every address the host has, unless
+// host itself can reach but the internet cannot, from the one list the
+// import check uses too (netblock): loopback other than the namespace's own
+// lo, link-local (cloud metadata at 169.254.169.254), private, CGNAT and
+// reserved ranges, every address the host has and every network it is
+// attached to (its gateway included), in IPv4 and every IPv6 form, unless
 // Config.AllowNetworks lists them. DNS passes to slirp4netns's forwarder
 // and to the host's resolvers, on port 53 only.
 //
@@ -66,23 +70,6 @@ const (
 	stackEndWait  = 2 * time.Second  // from closing the exit pipe to SIGKILL
 	stackStderrAt = 4 << 10          // bytes of the stack's stderr kept for errors
 )
-
-// blockedNetworks are what the host reaches and the internet does not.
-var blockedNetworks = func() []netip.Prefix {
-	var ps []netip.Prefix
-	for _, s := range []string{
-		"0.0.0.0/8", "127.0.0.0/8", // this host
-		"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", // private
-		"100.64.0.0/10",                     // carrier-grade NAT
-		"169.254.0.0/16",                    // link-local, cloud metadata
-		"224.0.0.0/4", "255.255.255.255/32", // multicast, broadcast
-		"::/128", "::1/128", "::ffff:0:0/96", // unspecified, loopback, IPv4-mapped
-		"fe80::/10", "fc00::/7", "ff00::/8", // link-local, unique local, multicast
-	} {
-		ps = append(ps, netip.MustParsePrefix(s))
-	}
-	return ps
-}()
 
 // findEgress finds what Network Allow needs at the sandbox's start and
 // says at once when Allow will be refused.
@@ -318,8 +305,10 @@ func joinNetns() error {
 }
 
 // installEgressFilter writes the namespace's output filter: its own lo and
-// DNS to resolvers pass, the operator's networks pass, and then everything in
-// blockedNetworks and every address of the host is refused.
+// DNS to resolvers pass, then netblock's rules decide, in their order:
+// loopback refused, the operator's networks allowed, and every range that is
+// not the internet refused, with the host's addresses and the networks they
+// sit on; the rest passes.
 func installEgressFilter(ns *os.File, allowed []netip.Prefix, resolvers []netip.Addr) error {
 	c, err := nftables.New(nftables.WithNetNSFd(int(ns.Fd())))
 	if err != nil {
@@ -363,17 +352,19 @@ func installEgressFilter(ns *os.File, allowed []netip.Prefix, resolvers []netip.
 			rule(ex...)
 		}
 	}
-	for _, p := range allowed {
-		rule(append(matchDst(p), pass)...)
-	}
-	blocked := append([]netip.Prefix{}, blockedNetworks...)
-	host, err := hostAddrs()
+	// The host's interfaces are read for each command: its addresses and
+	// networks change.
+	host, err := netblock.Interfaces()
 	if err != nil {
 		return err
 	}
-	blocked = append(blocked, host...)
-	for _, p := range blocked {
-		rule(append(matchDst(p), refuse)...)
+	reach := netblock.New(netblock.Config{Allow: allowed, Host: host, ClosedLoopback: true})
+	for _, r := range reach.Rules() {
+		verdict := refuse
+		if r.Allow {
+			verdict = pass
+		}
+		rule(append(matchDst(r.Prefix), verdict)...)
 	}
 	return c.Flush()
 }
@@ -394,27 +385,6 @@ func matchDst(p netip.Prefix) []expr.Any {
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(len(addr)), Mask: mask, Xor: make([]byte, len(addr))},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: addr},
 	}
-}
-
-// hostAddrs are the host's own addresses, read at each command's start,
-// since they change.
-func hostAddrs() ([]netip.Prefix, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, err
-	}
-	var ps []netip.Prefix
-	for _, a := range addrs {
-		n, ok := a.(*net.IPNet)
-		if !ok {
-			continue
-		}
-		if ip, ok := netip.AddrFromSlice(n.IP); ok {
-			ip = ip.Unmap()
-			ps = append(ps, netip.PrefixFrom(ip, ip.BitLen()))
-		}
-	}
-	return ps, nil
 }
 
 // hostResolvers reads the host's name servers from path (a link is

@@ -26,12 +26,29 @@ import (
 // Addresses the egress tests give to interfaces and namespaces they make
 // on this machine. Nothing is ever sent beyond it: each address is checked
 // to be local or behind the test's own veth before any command runs.
+//
+// The test's "internet" is 192.88.99.0/24, the 6to4 relay anycast range
+// that RFC 7526 retired and nothing routes: unlike the documentation
+// ranges it is not on netblock's list, so it can stand for the internet.
+// The host's end of the veth sits on a /29 of it, so the other end is a
+// gateway on a network the host is attached to and must stay out of reach;
+// the "internet" lies beyond that gateway, on no network of the host's.
 const (
-	outsideAddr  = "198.51.100.1" // TEST-NET-2: the "internet", in a namespace of the test
-	outsideHost  = "198.51.100.2" // the host's end of the veth to it
-	privateAddr  = "10.213.77.1"  // on an interface the test adds to the host
+	transitHost  = "192.88.99.1"   // the host's end of the veth
+	transitPeer  = "192.88.99.2"   // the namespace's end: a gateway next to the host
+	outsideAddr  = "192.88.99.200" // the "internet", routed through transitPeer
+	privateAddr  = "10.213.77.1"   // on an interface the test adds to the host
 	metadataAddr = "169.254.169.254"
 )
+
+// reservedAddrs are ranges that are not the internet although no host
+// address is in them, routed into the test's "internet" like outsideAddr.
+var reservedAddrs = map[string]string{
+	"protocol-assignment": "192.0.0.9",
+	"documentation":       "198.51.100.1",
+	"benchmarking":        "198.18.0.1",
+	"reserved":            "240.0.0.1",
+}
 
 var netSeq atomic.Int32
 
@@ -80,9 +97,17 @@ func routeDev(t *testing.T, dst string) string {
 // namespace standing for the internet, and listeners the host reaches but
 // the internet must not.
 type testNet struct {
-	outside                           *hostListener
-	loopback, private, metadata, host *hostListener
-	gateway                           string // slirp4netns's gateway to the host, with the loopback listener's port
+	outside                     *hostListener
+	loopback, private, metadata *hostListener
+	targets                     []target
+}
+
+// target is an address a command tries, the listener there, and whether
+// Allow may reach it.
+type target struct {
+	name, addr string
+	l          *hostListener
+	allow      bool
 }
 
 func newTestNet(t *testing.T) *testNet {
@@ -90,7 +115,8 @@ func newTestNet(t *testing.T) *testNet {
 	needTools(t)
 	n := &testNet{}
 
-	// The "internet": a namespace of its own behind a veth pair.
+	// The "internet": a namespace of its own behind a veth pair, reached
+	// through the namespace's end as a gateway.
 	ns := netName("o")
 	ipCmd(t, "netns", "add", ns)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
@@ -98,15 +124,34 @@ func newTestNet(t *testing.T) *testNet {
 	ipCmd(t, "link", "add", hostEnd, "type", "veth", "peer", "name", outEnd)
 	t.Cleanup(func() { exec.Command("ip", "link", "del", hostEnd).Run() })
 	ipCmd(t, "link", "set", outEnd, "netns", ns)
-	ipCmd(t, "addr", "add", outsideHost+"/24", "dev", hostEnd)
+	ipCmd(t, "addr", "add", transitHost+"/29", "dev", hostEnd)
 	ipCmd(t, "link", "set", hostEnd, "up")
-	ipCmd(t, "-n", ns, "addr", "add", outsideAddr+"/24", "dev", outEnd)
+	ipCmd(t, "-n", ns, "addr", "add", transitPeer+"/29", "dev", outEnd)
 	ipCmd(t, "-n", ns, "link", "set", outEnd, "up")
 	ipCmd(t, "-n", ns, "link", "set", "lo", "up")
-	if dev := routeDev(t, outsideAddr); dev != hostEnd {
-		t.Fatalf("%s would leave by %s, not the test's veth %s; not sending anything", outsideAddr, dev, hostEnd)
+	beyond := []string{outsideAddr}
+	for _, a := range reservedAddrs {
+		beyond = append(beyond, a)
 	}
-	n.outside = listenIn(t, "/run/netns/"+ns, outsideAddr+":0")
+	for _, a := range beyond {
+		ipCmd(t, "-n", ns, "addr", "add", a+"/32", "dev", "lo")
+		ipCmd(t, "route", "add", a+"/32", "via", transitPeer, "dev", hostEnd)
+	}
+	for _, a := range append(beyond, transitPeer) {
+		if dev := routeDev(t, a); dev != hostEnd {
+			t.Fatalf("%s would leave by %s, not the test's veth %s; not sending anything", a, dev, hostEnd)
+		}
+	}
+	nsPath := "/run/netns/" + ns
+	n.outside = listenIn(t, nsPath, outsideAddr+":0")
+	n.targets = append(n.targets,
+		target{"outside", n.outside.ln.Addr().String(), n.outside, true})
+	gateway := listenIn(t, nsPath, transitPeer+":0")
+	n.targets = append(n.targets, target{"attached-gateway", gateway.ln.Addr().String(), gateway, false})
+	for name, a := range reservedAddrs {
+		l := listenIn(t, nsPath, a+":0")
+		n.targets = append(n.targets, target{name, l.ln.Addr().String(), l, false})
+	}
 
 	// The host's private and link-local addresses, on an interface of the
 	// test's (a veth pair with both ends on the host, since not every
@@ -126,9 +171,18 @@ func newTestNet(t *testing.T) *testNet {
 	n.private = listen(t, privateAddr+":0")
 	n.metadata = listen(t, metadataAddr+":0")
 	n.loopback = listen(t, "127.0.0.1:0")
-	n.gateway = fmt.Sprintf("10.0.2.2:%d", n.loopback.ln.Addr().(*net.TCPAddr).Port)
+	transit := listen(t, transitHost+":0")
+	n.targets = append(n.targets,
+		target{"loopback", n.loopback.ln.Addr().String(), n.loopback, false},
+		// slirp4netns's gateway to the host, with the loopback listener's port.
+		target{"gateway-to-host-loopback", fmt.Sprintf("10.0.2.2:%d", n.loopback.ln.Addr().(*net.TCPAddr).Port), n.loopback, false},
+		target{"private", n.private.ln.Addr().String(), n.private, false},
+		target{"metadata", n.metadata.ln.Addr().String(), n.metadata, false},
+		// The host's own address on the network it shares with the gateway.
+		target{"host-transit", transit.ln.Addr().String(), transit, false})
 	if ip := hostIP(t); ip != nil {
-		n.host = listen(t, net.JoinHostPort(ip.String(), "0"))
+		h := listen(t, net.JoinHostPort(ip.String(), "0"))
+		n.targets = append(n.targets, target{"host-address", h.ln.Addr().String(), h, false})
 	}
 	return n
 }
@@ -178,37 +232,9 @@ func connectProbe(name, addr string) string {
 		host, port, name, name)
 }
 
-// targets are the names and addresses a command tries, and whether Allow
-// may reach each.
-func (n *testNet) targets() []struct {
-	name, addr string
-	l          *hostListener
-	allow      bool
-} {
-	ts := []struct {
-		name, addr string
-		l          *hostListener
-		allow      bool
-	}{
-		{"outside", n.outside.ln.Addr().String(), n.outside, true},
-		{"loopback", n.loopback.ln.Addr().String(), n.loopback, false},
-		{"gateway-to-host-loopback", n.gateway, n.loopback, false},
-		{"private", n.private.ln.Addr().String(), n.private, false},
-		{"metadata", n.metadata.ln.Addr().String(), n.metadata, false},
-	}
-	if n.host != nil {
-		ts = append(ts, struct {
-			name, addr string
-			l          *hostListener
-			allow      bool
-		}{"host-address", n.host.ln.Addr().String(), n.host, false})
-	}
-	return ts
-}
-
 func (n *testNet) script() string {
 	var b strings.Builder
-	for _, tg := range n.targets() {
+	for _, tg := range n.targets {
 		b.WriteString(connectProbe(tg.name, tg.addr))
 	}
 	return b.String()
@@ -254,8 +280,10 @@ func procStatus(pid int) map[string]string {
 // TestEgressAllowReachesOnlyTheOutside: a command with Allow reaches a
 // server beyond the host and none of the host's own: not its loopback
 // (directly or through the stack's gateway), not a private address, not
-// the metadata address, not its own address. Deny reaches none. No stack
-// process outlives its command.
+// the metadata address, not its own addresses, not a gateway on a network
+// it is attached to, and none of the reserved ranges, although they are
+// routed like the outside. Deny reaches none. No stack process outlives
+// its command.
 func TestEgressAllowReachesOnlyTheOutside(t *testing.T) {
 	n := newTestNet(t)
 	sb := newSandbox(t, nil)
@@ -264,7 +292,7 @@ func TestEgressAllowReachesOnlyTheOutside(t *testing.T) {
 	res := s.runNet(t, sandbox.Allow, n.script())
 	out := string(res.Stdout)
 	t.Logf("allow:\n%s%s", out, res.Stderr)
-	for _, tg := range n.targets() {
+	for _, tg := range n.targets {
 		want := "no"
 		if tg.allow {
 			want = "ok"
@@ -285,7 +313,7 @@ func TestEgressAllowReachesOnlyTheOutside(t *testing.T) {
 
 	res = s.runNet(t, sandbox.Deny, n.script())
 	t.Logf("deny:\n%s%s", res.Stdout, res.Stderr)
-	for _, tg := range n.targets() {
+	for _, tg := range n.targets {
 		if !strings.Contains(string(res.Stdout), tg.name+"=no\n") {
 			t.Errorf("deny: %s (%s) was reached", tg.name, tg.addr)
 		}

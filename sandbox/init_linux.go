@@ -216,20 +216,18 @@ func enter(ch *os.File) (string, error) {
 	forward := make(chan os.Signal, 4)
 	signal.Notify(forward, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 	// Without a memory cgroup, RLIMIT_DATA (not RLIMIT_AS: Go and JVM
-	// tools reserve far more address space than they use). The command is
-	// born under the soft limit; the hard one follows on the command
-	// alone, since the helper's runtime must still be able to grow.
-	var helperData unix.Rlimit
+	// tools reserve far more address space than they use) is set by
+	// prlimit(1), which lowers its own limit and then execs the command,
+	// so the command never runs a single instruction without it. The
+	// helper cannot do that itself: Go runs no code between fork and
+	// exec, and a limit lowered on the helper around the fork killed it
+	// whenever its runtime needed memory meanwhile.
+	argv := is.Argv
 	if is.MaxData > 0 {
-		if err := unix.Getrlimit(unix.RLIMIT_DATA, &helperData); err != nil {
-			return stageLimits, err
-		}
-		soft := unix.Rlimit{Cur: is.MaxData, Max: helperData.Max}
-		if err := unix.Setrlimit(unix.RLIMIT_DATA, &soft); err != nil {
-			return stageLimits, err
-		}
+		argv = append([]string{prlimitPath, fmt.Sprintf("--data=%d:%d", is.MaxData, is.MaxData), "--", path}, is.Argv[1:]...)
+		path = prlimitPath
 	}
-	child, err := syscall.ForkExec(path, is.Argv, &syscall.ProcAttr{
+	child, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Dir: is.Dir, Env: is.Env, Files: []uintptr{0, 1, 2},
 		// A session of its own; a shell takes its terminal as the
 		// controlling one (the helper never had it).
@@ -237,14 +235,6 @@ func enter(ch *os.File) (string, error) {
 	})
 	if err != nil {
 		return stageExec, fmt.Errorf("%s: %w", is.Argv[0], err)
-	}
-	if is.MaxData > 0 {
-		lim := unix.Rlimit{Cur: is.MaxData, Max: is.MaxData}
-		if err := unix.Prlimit(child, unix.RLIMIT_DATA, &lim, nil); err != nil {
-			unix.Kill(child, unix.SIGKILL)
-			return stageLimits, err
-		}
-		unix.Setrlimit(unix.RLIMIT_DATA, &helperData)
 	}
 	json.NewEncoder(ch).Encode(initReply{Started: true})
 	os.Exit(supervise(ch, child, forward))

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"atelier/sandbox"
+	"atelier/testrig/wait"
 )
 
 func TestEnvironmentIsClean(t *testing.T) {
@@ -39,7 +40,9 @@ func TestEnvironmentIsClean(t *testing.T) {
 	if _, err := os.Stat("/usr/local/go/bin/go"); err == nil {
 		path += ":/usr/local/go/bin"
 	}
-	want := []string{"HOME=/home/atelier", "LANG=C.UTF-8", path, "TERM=dumb"}
+	want := []string{"GOCACHE=/home/atelier/.cache/go-build", "GOMODCACHE=/home/atelier/.cache/go-mod", "HOME=/home/atelier",
+		"LANG=C.UTF-8", path, "PIP_CACHE_DIR=/home/atelier/.cache/pip", "TERM=dumb", "XDG_CACHE_HOME=/home/atelier/.cache",
+		"npm_config_cache=/home/atelier/.cache/npm"}
 	if !slices.Equal(got, want) {
 		t.Errorf("env = %q, want %q", got, want)
 	}
@@ -152,7 +155,7 @@ func TestSessionsAreIsolated(t *testing.T) {
 		defer wg.Done()
 		bRes, bErr = b.sb.Run(context.Background(), b.spec("sleep 3; echo alive"), sandbox.Limits{Timeout: 30 * time.Second})
 	}()
-	if !eventually(5*time.Second, func() bool { return len(procsOf(b.uid)) >= 2 }) {
+	if !wait.Until(wait.Short, func() bool { return len(procsOf(b.uid)) >= 2 }) {
 		t.Fatal("b's command did not start")
 	}
 	if out := a.mustRun(t, "kill -9 -1; echo done"); out != "done\n" {

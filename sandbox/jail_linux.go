@@ -18,6 +18,7 @@ import (
 const (
 	jailWorkspace = "/workspace"
 	jailHome      = "/home/atelier"
+	jailCache     = jailHome + "/.cache" // where Spec.Cache is seen
 	jailUser      = "atelier"
 	jailHostname  = "atelier"
 	// jailShmBytes is the size of the command's private /dev/shm.
@@ -118,13 +119,7 @@ func buildJail(is *initSpec) error {
 		if d.host == "" {
 			continue
 		}
-		// The session's folders are root's choice of path; a link there
-		// is refused rather than followed.
-		src, err := openSource(d.host, false)
-		if err == nil && (src.fd < 0 || !src.dir) {
-			src.close()
-			err = fmt.Errorf("%s is not a folder: %w", d.host, ErrSymlink)
-		}
+		src, err := openFolderSource(d.host)
 		if err != nil {
 			return err
 		}
@@ -139,6 +134,16 @@ func buildJail(is *initSpec) error {
 			return err
 		}
 		binds = append(binds, bind{src: src, target: "/dev/" + dev, rw: true})
+	}
+
+	var cache *source
+	if is.Cache != "" {
+		src, err := openFolderSource(is.Cache)
+		if err != nil {
+			return err
+		}
+		cache = src
+		defer cache.close()
 	}
 
 	if is.TTY {
@@ -183,6 +188,11 @@ func buildJail(is *initSpec) error {
 		}
 		if err := setMountAttr(target, flags); err != nil {
 			return fmt.Errorf("restrict %s: %w", b.target, err)
+		}
+	}
+	if cache != nil {
+		if err := mountCache(root, cache); err != nil {
+			return err
 		}
 	}
 	if is.Tmp == "" {
@@ -234,6 +244,66 @@ func buildJail(is *initSpec) error {
 		return fmt.Errorf("make the new root read-only: %w", err)
 	}
 	return unix.Sethostname([]byte(jailHostname))
+}
+
+// openFolderSource opens one of the session's folders, or the project's
+// cache: root's choice of path, where a link is refused rather than
+// followed.
+func openFolderSource(path string) (*source, error) {
+	src, err := openSource(path, false)
+	if err == nil && (src.fd < 0 || !src.dir) {
+		src.close()
+		err = fmt.Errorf("%s is not a folder: %w", path, ErrSymlink)
+	}
+	return src, err
+}
+
+// mountCache binds the project's cache at HOME/.cache, over the folder of
+// that name in the session's HOME, once HOME is bound. That folder is the
+// session's to replace, by a link to anywhere, say: it is made and opened
+// without following a link, and the cache is bound onto what was opened.
+// A session that made it something else than a folder goes without the
+// cache, with whatever it put there. The cache is nosuid and nodev inside.
+func mountCache(root string, cache *source) error {
+	home, err := unix.Open(root+jailHome, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", jailHome, err)
+	}
+	defer unix.Close(home)
+	name := filepath.Base(jailCache)
+	if err := unix.Mkdirat(home, name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("make %s: %w", jailCache, err)
+	}
+	target, err := unix.Openat(home, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOTDIR) {
+		return nil // a link (O_PATH opens one for itself) or a file
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", jailCache, err)
+	}
+	defer unix.Close(target)
+	// A bind made apart, restricted, then moved onto the folder: the
+	// folder's /proc/self/fd name leads to the folder, not to what is
+	// mounted on it once it is.
+	tree, err := unix.OpenTree(cache.fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if errors.Is(err, unix.ENOSYS) { // before Linux 5.2: the bind keeps the disk's flags
+		if err := unix.Mount(cache.path(), "/proc/self/fd/"+strconv.Itoa(target), "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", jailCache, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", jailCache, err)
+	}
+	defer unix.Close(tree)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil && !errors.Is(err, unix.ENOSYS) {
+		return fmt.Errorf("restrict %s: %w", jailCache, err)
+	}
+	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("bind %s: %w", jailCache, err)
+	}
+	return nil
 }
 
 // terminalSource is the shell's terminal (stdin), to be seen as

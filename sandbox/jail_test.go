@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"atelier/sandbox"
+	"atelier/testrig/wait"
 )
 
 // TestJailShowsOnlyTheAllowList looks around from inside: / holds the
@@ -87,7 +88,7 @@ func TestJailHidesOtherCommands(t *testing.T) {
 		a.sb.Run(context.Background(), a.spec("echo x > /tmp/a-file; echo y > /dev/shm/a-shm; (exec -a \"worker --api-key=sk-SECRET-KEY\" sleep 5)"), sandbox.Limits{Timeout: 30 * time.Second})
 	}()
 	defer wg.Wait()
-	if !eventually(5*time.Second, func() bool {
+	if !wait.Until(wait.Short, func() bool {
 		// The secret is there for the host to see.
 		for _, p := range procsOf(a.uid) {
 			cmdline, _ := os.ReadFile("/proc/" + p[:strings.IndexByte(p, '(')] + "/cmdline")
@@ -151,7 +152,7 @@ func TestShellOutlivesACommand(t *testing.T) {
 		}
 		return false
 	}
-	if !eventually(5*time.Second, sleeping) {
+	if !wait.Until(wait.Short, sleeping) {
 		t.Fatal("the shell's sleep did not start")
 	}
 
@@ -180,4 +181,113 @@ func TestShellOutlivesACommand(t *testing.T) {
 	if left := procsOf(s.uid); len(left) > 0 {
 		t.Errorf("left after KillAll: %v", left)
 	}
+}
+
+// The mount table a command reads names no folder of the host's: not
+// the data folder the session's folders are in, nor any of them. The
+// overlay of the checkout and the session's disk are laid out as the
+// server lays them out.
+func TestMountTableNamesNoHostFolder(t *testing.T) {
+	sb := newSandbox(t, nil)
+	for _, c := range []struct {
+		name          string
+		disk, layered bool
+	}{
+		{"overlay checkout on a disk", true, true},
+		{"plain checkout on a disk", true, false}, // a host without overlay, and checks
+		{"overlay checkout without a disk", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, data := sessionLaidOut(t, sb, c.disk, c.layered)
+			host := []string{data, s.dir, s.home, s.tmp}
+			out := s.mustRun(t, "cat /proc/self/mountinfo; echo; cat /proc/self/mounts")
+			info, mounts, _ := strings.Cut(out, "\n\n")
+			for _, line := range lines([]byte(info)) {
+				// id, parent, device, root, then where and how it is
+				// mounted, its type, source and options.
+				f := strings.Fields(line)
+				if len(f) < 10 {
+					t.Fatalf("mountinfo line %q", line)
+				}
+				root, rest := f[3], strings.Join(f[4:], " ")
+				// Without a disk, HOME and /tmp are binds of folders of
+				// the host's file system, and the kernel shows a bind's
+				// root as its path within that file system: only a file
+				// system of the session's own hides it.
+				checkRoot := c.disk || f[4] == "/workspace"
+				for _, h := range host {
+					if strings.Contains(rest, h) || checkRoot && strings.Contains(root, h) {
+						t.Errorf("mountinfo names %s: %s", h, line)
+					}
+				}
+			}
+			for _, line := range lines([]byte(mounts)) {
+				for _, h := range host {
+					if strings.Contains(line, h) {
+						t.Errorf("mounts names %s: %s", h, line)
+					}
+				}
+			}
+			if !strings.Contains(info, " /workspace ") {
+				t.Errorf("no /workspace in the mount table:\n%s", info)
+			}
+		})
+	}
+}
+
+// sessionLaidOut is a session whose folders lie as the server lays them
+// out: checkout, home and tmp in one folder of data, the test's data
+// folder, on a disk of the session's own when disk is set; the checkout is
+// an overlay of the base (lower) and what was written (upper) when
+// layered.
+func sessionLaidOut(t *testing.T, sb *sandbox.Sandbox, disk, layered bool) (s *session, data string) {
+	t.Helper()
+	area := openDir(t)
+	top := filepath.Join(area, "session-1")
+	if disk {
+		image := filepath.Join(t.TempDir(), "1.img")
+		if err := sandbox.MountDisk(image, top, sandbox.MinDiskBytes); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := sandbox.UnmountDisk(image, top); err != nil {
+				t.Error(err)
+			}
+		})
+	} else if err := os.Mkdir(top, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	s = newSession(t, sb)
+	s.dir, s.home, s.tmp = filepath.Join(top, "checkout"), filepath.Join(top, "home"), filepath.Join(top, "tmp")
+	for _, d := range []string{s.home, s.tmp} {
+		if err := sandbox.PrepareDir(d, s.uid, s.uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !layered {
+		if err := sandbox.PrepareDir(s.dir, s.uid, s.uid); err != nil {
+			t.Fatal(err)
+		}
+		return s, filepath.Dir(area)
+	}
+	lower, upper, work := filepath.Join(top, "lower"), filepath.Join(top, "upper"), filepath.Join(top, "work")
+	for _, d := range []string{lower, upper, work, s.dir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{lower, upper} {
+		if err := os.Chown(d, int(s.uid), int(s.uid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sandbox.MountLayers(lower, upper, work, s.dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sandbox.UnmountLayers(s.dir); err != nil {
+			t.Error(err)
+		}
+	})
+	return s, filepath.Dir(area)
 }

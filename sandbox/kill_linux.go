@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/internal/txwatch"
 )
 
 // KillAll sends SIGKILL to every process of uid and returns once none is
@@ -28,6 +30,7 @@ import (
 // survive it; callers stop starting commands of a session before they kill
 // it.
 func (s *Sandbox) KillAll(ctx context.Context, uid uint32) error {
+	txwatch.Slow(ctx, "sandbox kill")
 	if !s.inRange(uid) {
 		return fmt.Errorf("%w: uid %d is outside the sandbox's range", ErrBadSpec, uid)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -28,19 +27,32 @@ var ErrNoLayers = errors.New("sandbox: no overlay for the checkout")
 // as the overlay's scratch folder on upper's file system. upper and work
 // must be empty folders the first time. Renamed folders are copied rather
 // than redirected, and a file's metadata change copies the whole file, so
-// the upper folder alone says what each path now is (see ReadUpper).
+// the upper folder alone says what each path now is (see WalkTree).
 func MountLayers(lower, upper, work, target string) error {
 	for _, p := range []string{lower, upper, work, target} {
-		if !cleanAbs(p) || strings.ContainsAny(p, ",:\\") {
-			return fmt.Errorf("%w: overlay folder %q must be a clean absolute path without , : or \\", ErrBadSpec, p)
+		if !cleanAbs(p) {
+			return fmt.Errorf("%w: overlay folder %q must be a clean absolute path", ErrBadSpec, p)
 		}
 		if isSymlink(p) {
 			return fmt.Errorf("%w: %s", ErrSymlink, p)
 		}
 	}
-	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work +
-		",redirect_dir=off,metacopy=off,index=off"
-	err := unix.Mount("atelier-checkout", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+	// The overlay keeps its layers' names as it was given them and shows
+	// them in the mount table, to the commands in the jail too
+	// (/proc/self/mountinfo, statmount): named by descriptor, they say
+	// nothing of where the session's folders are on the host. (Passed by
+	// descriptor through fsconfig instead, they would show as full paths.)
+	var opts strings.Builder
+	for _, l := range []struct{ key, path string }{{"lowerdir", lower}, {"upperdir", upper}, {"workdir", work}} {
+		fd, err := unix.Open(l.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("sandbox: overlay folder %s: %w", l.path, err)
+		}
+		defer unix.Close(fd)
+		fmt.Fprintf(&opts, "%s=/proc/self/fd/%d,", l.key, fd)
+	}
+	opts.WriteString("redirect_dir=off,metacopy=off,index=off")
+	err := unix.Mount("atelier-checkout", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts.String())
 	switch {
 	case err == nil:
 		return nil
@@ -71,97 +83,4 @@ func UnmountLayers(target string) error {
 		return fmt.Errorf("sandbox: unmount the checkout %s: %w", target, err)
 	}
 	return nil
-}
-
-// UpperEntry is one path the upper folder holds: a folder (Opaque when it
-// replaced the base's folder of that name wholesale), a deletion mark
-// (Whiteout), or anything else written there.
-type UpperEntry struct {
-	Path     string // slash-separated, relative to the checkout
-	Dir      bool
-	Opaque   bool
-	Whiteout bool
-}
-
-// ReadUpper lists every path of upper, parents before their children,
-// reading nothing but folders and never following a link. Names are as
-// the file system has them; the caller judges them.
-func ReadUpper(upper string) ([]UpperEntry, error) {
-	root, err := os.OpenRoot(upper)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: checkout's upper folder: %w", err)
-	}
-	defer root.Close()
-	var out []UpperEntry
-	var walk func(rel string) error
-	walk = func(rel string) error {
-		name := rel
-		if name == "" {
-			name = "."
-		}
-		d, err := root.Open(name)
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		entries, err := d.ReadDir(-1)
-		if err != nil {
-			return err
-		}
-		fd := int(d.Fd())
-		var dirs []string
-		for _, e := range entries {
-			p := e.Name()
-			if rel != "" {
-				p = rel + "/" + p
-			}
-			ue := UpperEntry{Path: p}
-			switch t := e.Type(); {
-			case t.IsDir():
-				ue.Dir = true
-				if ue.Opaque, err = opaque(fd, e.Name()); err != nil {
-					return err
-				}
-				dirs = append(dirs, p)
-			case t&fs.ModeCharDevice != 0:
-				var st unix.Stat_t
-				if err := unix.Fstatat(fd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-					return err
-				}
-				ue.Whiteout = st.Rdev == 0
-			}
-			out = append(out, ue)
-		}
-		for _, p := range dirs {
-			if err := walk(p); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := walk(""); err != nil {
-		return nil, fmt.Errorf("sandbox: read the checkout's upper folder: %w", err)
-	}
-	return out, nil
-}
-
-// opaque reports the overlay's mark on a folder of the upper layer that
-// hides everything of the lower one below it.
-// A mark it cannot read is an error: taken for absent, it would hide
-// deletions.
-func opaque(dirfd int, name string) (bool, error) {
-	f, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false, err
-	}
-	defer unix.Close(f)
-	buf := make([]byte, 8)
-	n, err := unix.Fgetxattr(f, "trusted.overlay.opaque", buf)
-	switch {
-	case errors.Is(err, unix.ENODATA):
-		return false, nil
-	case err != nil:
-		return false, err
-	}
-	return n == 1 && buf[0] == 'y', nil
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"atelier/sandbox"
+	"atelier/testrig/wait"
 )
 
 // The parent group holds every session's group; its memory limit bounds
@@ -78,7 +79,6 @@ func TestDiskBound(t *testing.T) {
 	sb := newSandbox(t, nil)
 	area, images := openDir(t), t.TempDir()
 	top, image := filepath.Join(area, "session"), filepath.Join(images, "s.img")
-	before := freeBytes(t, images)
 	if err := sandbox.MountDisk(image, top, size); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,9 @@ func TestDiskBound(t *testing.T) {
 	if !strings.Contains(out, "refused") {
 		t.Errorf("HOME has room on a full disk: %s", out)
 	}
-	if used := before - freeBytes(t, images); used > size+8<<20 {
+	// What the host gave the disk is what its image holds, whatever else
+	// writes to the host's disk meanwhile.
+	if used := allocated(t, image); used > size {
 		t.Errorf("the host gave %d bytes to a %d byte disk", used, size)
 	}
 	if err := sb.KillAll(context.Background(), s.uid); err != nil {
@@ -121,6 +123,55 @@ func TestDiskBound(t *testing.T) {
 	if loops := loopsOf(images); len(loops) > 0 {
 		t.Errorf("loop devices still hold the image: %v", loops)
 	}
+}
+
+// What a session deletes goes back to the host: 1 GiB written into the
+// disk from a command and deleted again leaves the image holding about
+// what it held empty, not the gigabyte.
+func TestDiskReturnsFreedBlocks(t *testing.T) {
+	const size = 2 << 30
+	// slack is what the file system's own bookkeeping may keep of the
+	// write (bitmaps, the inode, the folder's block) once the file is gone.
+	const slack = 8 << 20
+	sb := newSandbox(t, nil)
+	area, images := openDir(t), t.TempDir()
+	top, image := filepath.Join(area, "session"), filepath.Join(images, "s.img")
+	if err := sandbox.MountDisk(image, top, size); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sandbox.UnmountDisk(image, top) })
+	s := newSession(t, sb)
+	s.dir, s.home = filepath.Join(top, "checkout"), filepath.Join(top, "home")
+	for _, d := range []string{s.dir, s.home} {
+		if err := sandbox.PrepareDir(d, s.uid, s.uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	empty := allocated(t, image)
+	// sync: the blocks are given at write-back, and only given blocks can
+	// be freed.
+	s.mustRun(t, `head -c 1G /dev/zero > big && sync`)
+	if full := allocated(t, image); full < empty+1<<30 {
+		t.Fatalf("the image holds %d bytes after 1 GiB was written, %d empty: the write did not reach it", full, empty)
+	}
+	s.mustRun(t, `rm big && sync`)
+	unix.Sync()
+	var now int64
+	wait.Until(wait.Long, func() bool { now = allocated(t, image); return now <= empty+slack })
+	t.Logf("the image holds %d bytes empty, %d once 1 GiB was written and deleted", empty, now)
+	if now > empty+slack {
+		t.Errorf("the image holds %d bytes once 1 GiB was written and deleted, %d empty: the freed blocks stayed with it", now, empty)
+	}
+}
+
+// allocated is how many bytes of the host's disk the file takes.
+func allocated(t *testing.T, path string) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
 }
 
 // Start-up cleans what a server that ended abruptly left: mounted disks and
@@ -150,15 +201,6 @@ func TestCleanDisks(t *testing.T) {
 	if loops := loopsOf(images); len(loops) > 0 {
 		t.Errorf("loop devices still hold images: %v", loops)
 	}
-}
-
-func freeBytes(t *testing.T, path string) int64 {
-	t.Helper()
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return int64(st.Bavail) * st.Bsize
 }
 
 // loopsOf lists the loop devices whose file lies in dir.

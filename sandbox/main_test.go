@@ -187,18 +187,6 @@ func procsOf(uid uint32) []string {
 	return out
 }
 
-// eventually polls cond every 20 ms until it holds or d passes.
-func eventually(d time.Duration, cond func() bool) bool {
-	end := time.Now().Add(d)
-	for time.Now().Before(end) {
-		if cond() {
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return cond()
-}
-
 func lines(b []byte) []string {
 	return strings.Split(strings.TrimRight(string(bytes.TrimSpace(b)), "\n"), "\n")
 }

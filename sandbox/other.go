@@ -5,6 +5,9 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"os"
+
+	"golang.org/x/sys/unix"
 )
 
 // The sandbox needs Linux. Elsewhere the package builds, so that the
@@ -39,25 +42,30 @@ func PrepareDir(string, uint32, uint32) error            { return errUnsupported
 func RunPlain(context.Context, []string, string, []string, Limits) (*Result, error) {
 	return nil, &RunError{Kind: Start, Partial: Result{ExitCode: -1}, Err: errUnsupported}
 }
-func MountDisk(string, string, int64) error { return errUnsupported }
-func UnmountDisk(string, string) error      { return errUnsupported }
-func CleanDisks(string) error               { return nil }
+func MountDisk(string, string, int64) error  { return errUnsupported }
+func UnmountDisk(string, string) error       { return errUnsupported }
+func CleanDisks(string) error                { return nil }
+func MountCache(string, string, int64) error { return errUnsupported }
+func UnmountCache(string) error              { return nil }
+func CleanCaches(string) error               { return nil }
+func GiveCache(string, uint32, uint32) error { return errUnsupported }
+func TrimCache(string, int64) (int64, error) { return 0, errUnsupported }
 
 // ErrNoLayers: no overlay off Linux.
 var ErrNoLayers = errUnsupported
 
-// UpperEntry is a path of an overlay's upper folder.
-type UpperEntry struct {
-	Path                  string
-	Dir, Opaque, Whiteout bool
-}
-
 func MountLayers(string, string, string, string) error { return ErrNoLayers }
 func UnmountLayers(string) error                       { return nil }
-func ReadUpper(string) ([]UpperEntry, error)           { return nil, errUnsupported }
 
 // Spare is unavailable off Linux.
 type Spare struct{}
 
 func (s *Sandbox) Spare(uid uint32) (*Spare, error) { return nil, errUnsupported }
 func (sp *Spare) Close()                            {}
+
+func WalkTree(string, WalkOptions, func(*TreeEntry) error) error { return errUnsupported }
+func RemoveTree(string) error                                    { return errUnsupported }
+func (e *TreeEntry) Stat() (unix.Stat_t, error)                  { return unix.Stat_t{}, errUnsupported }
+func (e *TreeEntry) Open() (*os.File, error)                     { return nil, errUnsupported }
+func (e *TreeEntry) Readlink() (string, error)                   { return "", errUnsupported }
+func RemoveTreeAt(int, string) error                             { return errUnsupported }

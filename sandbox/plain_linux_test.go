@@ -22,7 +22,7 @@ func RunPlain(ctx context.Context, argv []string, dir string, env []string, lim 
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, &RunError{Kind: Start, Partial: Result{ExitCode: -1}, Err: fmt.Errorf("%w: no command", ErrBadSpec)}
 	}
-	return run(ctx, lim, func(stdout, stderr *os.File) (*exec.Cmd, tree, error) {
+	return run(ctx, lim, nil, func(stdout, stderr *os.File) (*exec.Cmd, tree, error) {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = dir
 		cmd.Env = append([]string{}, env...)

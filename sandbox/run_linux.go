@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -50,17 +51,17 @@ type signalReporter interface {
 type starter func(stdout, stderr *os.File) (*exec.Cmd, tree, error)
 
 // run is the one runner: it starts a command, collects its output within
-// lim, stops it at the timeout, on ctx's end or on overflow (SIGTERM, then
+// lim (and hands every byte to live as it comes, when live is not nil), stops it at the timeout, on ctx's end or on overflow (SIGTERM, then
 // SIGKILL after termGrace), and after the main process has exited kills
 // whatever of its tree is left, so a background child holding the output
 // pipes cannot keep it waiting.
-func run(ctx context.Context, lim Limits, start starter) (*Result, error) {
+func run(ctx context.Context, lim Limits, live io.Writer, start starter) (*Result, error) {
 	lim = lim.withDefaults()
 	if err := ctx.Err(); err != nil {
 		return nil, &RunError{Kind: Canceled, Partial: Result{ExitCode: -1}, Err: context.Cause(ctx)}
 	}
 	began := time.Now()
-	c := newCapture(lim)
+	c := newCapture(lim, live)
 
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -98,7 +99,13 @@ func run(ctx context.Context, lim Limits, start starter) (*Result, error) {
 	case <-timer.C:
 		kind, cause = Timeout, fmt.Errorf("%w after %s", context.DeadlineExceeded, lim.Timeout)
 	case <-ctx.Done():
-		kind, cause = Canceled, context.Cause(ctx)
+		select {
+		case <-exited:
+			// It ended on its own as the cancel came: its own exit is
+			// the truth, not a cancel that stopped nothing.
+		default:
+			kind, cause = Canceled, context.Cause(ctx)
+		}
 	case <-c.overflowed():
 		kind, cause = Overflow, overflowError(lim)
 	}

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"atelier/sandbox"
+	"atelier/testrig/wait"
 )
 
 func plain(t *testing.T, ctx context.Context, script string, lim sandbox.Limits) (*sandbox.Result, error) {
@@ -194,7 +195,7 @@ func TestRunnerBackgroundChildHoldingStdout(t *testing.T) {
 	if _, err := strconv.Atoi(pid); err != nil {
 		t.Fatalf("stdout %q", res.Stdout)
 	}
-	if !eventually(2*time.Second, func() bool {
+	if !wait.Until(wait.Short, func() bool {
 		st, err := os.ReadFile("/proc/" + pid + "/stat")
 		return err != nil || bytes.Contains(st, []byte(") Z "))
 	}) {

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/internal/txwatch"
 )
 
 // startWait bounds the helper's set-up, from its start to the exec of the
@@ -107,7 +109,13 @@ func New(cfg Config) (*Sandbox, error) {
 			s.log.Warn("sandbox: no usable cgroups; memory is limited per process (RLIMIT_DATA)", "err", err)
 		}
 	}
-	if err := s.probe(); err != nil {
+	err := s.probe()
+	if err == nil && s.cg == nil {
+		if err = unix.Access(prlimitPath, unix.X_OK); err != nil {
+			err = fmt.Errorf("sandbox: without cgroups, a command's memory is limited through %s (util-linux), which is missing: %w", prlimitPath, err)
+		}
+	}
+	if err != nil {
 		s.unavailable = err
 		s.log.Error("sandbox: commands and terminals are off: the jail cannot be built on this host", "err", err)
 	} else {
@@ -226,6 +234,7 @@ func (s *Sandbox) inRange(id uint32) bool {
 // of its uid have ended. Errors are *RunError; a Deny that cannot be
 // enforced is a Start error wrapping ErrNetworkUnenforceable.
 func (s *Sandbox) Run(ctx context.Context, spec Spec, lim Limits) (*Result, error) {
+	txwatch.Slow(ctx, "sandbox run")
 	if spec.TTY != nil {
 		return nil, &RunError{Kind: Start, Partial: Result{ExitCode: -1}, Err: fmt.Errorf("%w: a TTY is for Start", ErrBadSpec)}
 	}
@@ -245,7 +254,9 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec, lim Limits) (*Result, erro
 		spare.end()
 		spare = nil
 	}
-	return run(ctx, lim, func(stdout, stderr *os.File) (*exec.Cmd, tree, error) {
+	started := false
+	res, err := run(ctx, lim, spec.Output, func(stdout, stderr *os.File) (*exec.Cmd, tree, error) {
+		started = true
 		if spare != nil {
 			conn, err := s.handOver(spare, is, stdout, stderr)
 			if err == nil {
@@ -267,6 +278,12 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec, lim Limits) (*Result, erro
 		}
 		return cmd, &nsTree{pid: cmd.Process.Pid, conn: conn}, nil
 	})
+	if !started && spare != nil {
+		// Canceled before it started: the spare ran nothing, and would
+		// wait out its time for nothing.
+		spare.end()
+	}
+	return res, err
 }
 
 // Process is a sandboxed process started by Start.
@@ -341,6 +358,7 @@ type initSpec struct {
 	// session, and what is seen read-only.
 	Workspace, Home, Tmp string
 	ROPaths              []string
+	Cache                string // bound at HOME/.cache; "" leaves HOME's own
 	// ResolvConf is the command's resolv.conf, placed at /etc/resolv.conf
 	// and at ResolvAt, where the host's link leads ("" when it is a file).
 	ResolvConf, ResolvAt string
@@ -369,8 +387,8 @@ func (s *Sandbox) prepare(spec Spec) (*initSpec, error) {
 		return nil, fmt.Errorf("%w: uid %d / gid %d outside [%d, %d)", ErrBadSpec, spec.UID, spec.GID,
 			s.cfg.UIDBase, uint64(s.cfg.UIDBase)+uint64(s.cfg.UIDCount))
 	case !cleanAbs(spec.Dir) || !cleanAbs(spec.Home) || (spec.Workspace != "" && !cleanAbs(spec.Workspace)) ||
-		(spec.Tmp != "" && !cleanAbs(spec.Tmp)):
-		return nil, fmt.Errorf("%w: Dir, Workspace, Home and Tmp must be clean absolute paths", ErrBadSpec)
+		(spec.Tmp != "" && !cleanAbs(spec.Tmp)) || (spec.Cache != "" && !cleanAbs(spec.Cache)):
+		return nil, fmt.Errorf("%w: Dir, Workspace, Home, Tmp and Cache must be clean absolute paths", ErrBadSpec)
 	case len(spec.Argv) == 0 || spec.Argv[0] == "":
 		return nil, fmt.Errorf("%w: no command", ErrBadSpec)
 	case spec.Network != "" && spec.Network != Deny && spec.Network != Allow:
@@ -381,12 +399,9 @@ func (s *Sandbox) prepare(spec Spec) (*initSpec, error) {
 			return nil, fmt.Errorf("%w: an argument holds a NUL byte", ErrBadSpec)
 		}
 	}
-	term := "TERM=dumb"
-	for _, e := range spec.ExtraEnv {
-		if !strings.HasPrefix(e, "TERM=") || strings.IndexByte(e, 0) >= 0 {
-			return nil, fmt.Errorf("%w: only TERM may be added to the environment", ErrBadSpec)
-		}
-		term = e
+	env, err := s.environ(spec)
+	if err != nil {
+		return nil, err
 	}
 	if s.unavailable != nil {
 		return nil, s.unavailable
@@ -401,10 +416,11 @@ func (s *Sandbox) prepare(spec Spec) (*initSpec, error) {
 	}
 	is := &initSpec{
 		UID: spec.UID, GID: spec.GID, Dir: dir, Argv: spec.Argv,
-		Env:         []string{"PATH=" + s.path, "HOME=" + jailHome, "LANG=C.UTF-8", term},
+		Env:         env,
 		DenyNetwork: spec.Network != Allow,
 		MaxProcs:    uint64(s.cfg.MaxProcs),
 		Workspace:   workspace, Home: spec.Home, Tmp: spec.Tmp, ROPaths: s.cfg.ROPaths,
+		Cache: spec.Cache,
 	}
 	if s.cg == nil {
 		is.MaxData = uint64(s.cfg.MaxMemory)
@@ -413,7 +429,30 @@ func (s *Sandbox) prepare(spec Spec) (*initSpec, error) {
 	return is, nil
 }
 
+// environ is the whole environment of a sandboxed process, the one place
+// it is built: a one-shot command, a check and a terminal's shell get the
+// same PATH, HOME and LANG, so what works in one works in the others.
+// TERM says what reads the output: the page's xterm.js for a shell on a
+// TTY, plain text otherwise. ExtraEnv may name another TERM, nothing else.
+func (s *Sandbox) environ(spec Spec) ([]string, error) {
+	term := "TERM=dumb"
+	if spec.TTY != nil {
+		term = "TERM=xterm-256color"
+	}
+	for _, e := range spec.ExtraEnv {
+		if !strings.HasPrefix(e, "TERM=") || strings.IndexByte(e, 0) >= 0 {
+			return nil, fmt.Errorf("%w: only TERM may be added to the environment", ErrBadSpec)
+		}
+		term = e
+	}
+	return append([]string{"PATH=" + s.path, "HOME=" + jailHome, "LANG=C.UTF-8", term}, cacheEnv()...), nil
+}
+
 const cleanPath = "/usr/local/bin:/usr/bin:/bin"
+
+// prlimitPath is util-linux's prlimit, which starts a command under its
+// RLIMIT_DATA where no memory cgroup limits it (init_linux.go).
+const prlimitPath = "/usr/bin/prlimit"
 
 func cleanAbs(p string) bool { return filepath.IsAbs(p) && filepath.Clean(p) == p }
 

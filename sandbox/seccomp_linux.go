@@ -14,8 +14,42 @@ import (
 // calls that reach kernel surface a build or a shell never needs and that
 // unprivileged attacks go through (new user namespaces, mounts, keyrings,
 // eBPF, perf, tracing other processes, io_uring, module and clock
-// control). Refused calls fail with EPERM, as they would for a process
-// without the capability, so tools take their usual fallback path.
+// control, sockets of other families than local, IP and routing netlink,
+// NUMA placement). A refused call fails as it would where the kernel says
+// no on its own, so tools take their usual fallback path: EPERM, as for a
+// process without the capability, or what a kernel without the feature
+// answers (EAFNOSUPPORT for a socket family, ENOSYS for clone3 and NUMA).
+//
+// Compared with Docker's default profile (moby's
+// profiles/seccomp/default.json), an allow list that answers EPERM to
+// everything else, these are the calls it refuses a process without
+// capabilities, as a command is, and this filter lets through:
+//
+//   - sethostname, setdomainname: the kernel refuses them without
+//     CAP_SYS_ADMIN, and the jail has a UTS namespace of its own anyway;
+//     the profile allows them with that capability only.
+//   - lsm_get_self_attr, lsm_set_self_attr, lsm_list_modules: the
+//     process's own security attributes, which it reads and writes
+//     through /proc/self/attr anyway; the profile keeps them for
+//     CAP_SYS_ADMIN.
+//   - file_getattr, file_setattr, listns, rseq_slice_yield and, on amd64,
+//     uprobe: newer than the profile's list rather than refused by a
+//     choice of it. They reach no further than calls both allow: a file's
+//     attributes as the FS_IOC_FSGETXATTR ioctl has them, the namespaces
+//     the caller is in (all listns shows an unprivileged caller), a
+//     sched_yield at the end of an extended time slice, and the kernel's
+//     own uprobe trampolines (called from anywhere else it ends the
+//     process).
+//   - afs_syscall, getpmsg, putpmsg, tuxcall, security, vserver (amd64):
+//     never implemented; the kernel answers ENOSYS.
+//
+// The profile's socket rule refuses AF_ALG and AF_VSOCK alone; this one
+// allows four families and refuses the rest. It refuses the NUMA calls
+// without CAP_SYS_NICE (migrate_pages and move_pages always), and so does
+// this filter. The other way round, this filter refuses what the profile
+// allows: io_uring, name_to_handle_at, ptrace and process_vm_readv and
+// writev (see the tracing rule below), and a call of a foreign ABI, which
+// the profile judges by the same list.
 //
 // The program is written out by hand rather than with go-seccomp-bpf: that
 // library sends a call of a foreign architecture (an int 0x80 call of the
@@ -58,6 +92,31 @@ const (
 	perLinux32 = 0x0000008
 )
 
+// socketFamilies are the address families a command may open sockets of,
+// with socket and socketpair alike: local sockets, IPv4, IPv6, and
+// netlink for its routing protocol alone (netlinkProtocols). Every other
+// family answers EAFNOSUPPORT, what a kernel built without it answers, so
+// tools take the path they take there. AF_VSOCK is the one that matters
+// most: its ports belong to the machine, not to the network namespace,
+// so a command could take a port from the host's own services or talk to
+// the hypervisor. The rest (AF_ALG, AF_PACKET, AF_TIPC, AF_RDS,
+// Bluetooth, CAN, ...) are kernel surface a build never needs, and asking
+// for one the kernel has not loaded loads its module: many local
+// privilege escalations began with exactly such a socket.
+var socketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+
+// netlinkProtocols narrows AF_NETLINK to NETLINK_ROUTE, which ordinary
+// tools need to learn the namespace's own addresses and links: the C
+// library's getaddrinfo (AI_ADDRCONFIG), getifaddrs and if_nameindex,
+// and through them Node's os.networkInterfaces(), Python's
+// socket.if_nameindex(), Go's net.Interfaces and `ip addr`. Without
+// CAP_NET_ADMIN it changes nothing, and it sees the command's own network
+// namespace only. The other protocols (the whole machine's device events,
+// audit, netfilter, xfrm, generic netlink's families, socket diagnostics)
+// answer EPROTONOSUPPORT, as for a protocol the kernel lacks; `ss` then
+// reads /proc/net, as it does there.
+var netlinkProtocols = argTest{arg: 2, values: []uint32{unix.NETLINK_ROUTE}, errno: unix.EPROTONOSUPPORT}
+
 // syscallRule says what happens to one system call. Each call has at most
 // one rule, so a rule's answer is final.
 type syscallRule struct {
@@ -68,6 +127,17 @@ type syscallRule struct {
 	arg       int
 	argBits   uint32
 	argValues []uint32
+	// then narrows argValues: a value it names goes through only when
+	// a second argument passes that value's own test.
+	then map[uint32]argTest
+}
+
+// argTest lets a call through when argument arg is one of values, and
+// refuses it with errno otherwise.
+type argTest struct {
+	arg    int
+	values []uint32
+	errno  unix.Errno
 }
 
 func deny(nrs ...uintptr) []syscallRule {
@@ -92,6 +162,24 @@ func syscallRules() []syscallRule {
 		// clone, whose flags it can.
 		{nr: unix.SYS_CLONE3, errno: unix.ENOSYS},
 		{nr: unix.SYS_PERSONALITY, errno: unix.EPERM, arg: 0, argValues: personalities},
+		{nr: unix.SYS_SOCKET, errno: unix.EAFNOSUPPORT, arg: 0, argValues: socketFamilies,
+			then: map[uint32]argTest{unix.AF_NETLINK: netlinkProtocols}},
+		{nr: unix.SYS_SOCKETPAIR, errno: unix.EAFNOSUPPORT, arg: 0, argValues: socketFamilies,
+			then: map[uint32]argTest{unix.AF_NETLINK: netlinkProtocols}},
+	}
+	// Memory placement on NUMA nodes: where a command's memory lives is
+	// the host's choice (a command that binds its memory to one node
+	// crowds everyone else out of it), and move_pages and migrate_pages
+	// read where another process's pages are and move them, for any
+	// process of the uid, which the ptrace rule below keeps out of reach.
+	// They answer ENOSYS, what a kernel without NUMA answers: libnuma's
+	// numa_available() then says there is no NUMA and programs never call
+	// the rest. (Before 2.0.19, still shipped by current distributions,
+	// libnuma takes only ENOSYS for that; after EPERM it goes on and fails
+	// later.)
+	for _, nr := range []uintptr{unix.SYS_GET_MEMPOLICY, unix.SYS_SET_MEMPOLICY, unix.SYS_SET_MEMPOLICY_HOME_NODE,
+		unix.SYS_MBIND, unix.SYS_MIGRATE_PAGES, unix.SYS_MOVE_PAGES} {
+		rules = append(rules, syscallRule{nr: nr, errno: unix.ENOSYS})
 	}
 	rules = append(rules, deny(
 		unix.SYS_SETNS,
@@ -129,52 +217,75 @@ func syscallRules() []syscallRule {
 // seccompProgram assembles the filter: the architecture check, then one
 // block per rule, then "allow".
 func seccompProgram() []unix.SockFilter {
-	ret := func(v uint32) unix.SockFilter { return unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: v} }
-	load := func(off uint32) unix.SockFilter {
-		return unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: off}
-	}
-	jump := func(op uint16, k uint32, jt, jf uint8) unix.SockFilter {
-		return unix.SockFilter{Code: unix.BPF_JMP | op | unix.BPF_K, K: k, Jt: jt, Jf: jf}
-	}
-	kill := ret(unix.SECCOMP_RET_KILL_PROCESS)
-	allow := ret(unix.SECCOMP_RET_ALLOW)
-
+	kill := bpfRet(unix.SECCOMP_RET_KILL_PROCESS)
 	prog := []unix.SockFilter{
-		load(seccompArch),
-		jump(unix.BPF_JEQ, seccompAuditArch, 1, 0),
+		bpfLoad(seccompArch),
+		bpfJump(unix.BPF_JEQ, seccompAuditArch, 1, 0),
 		kill,
-		load(seccompNr),
+		bpfLoad(seccompNr),
 	}
 	if seccompX32 {
 		// x32 calls carry the same audit arch, with bit 30 set in the
 		// number.
-		prog = append(prog, jump(unix.BPF_JGE, x32SyscallBit, 0, 1), kill)
+		prog = append(prog, bpfJump(unix.BPF_JGE, x32SyscallBit, 0, 1), kill)
 	}
 	for _, r := range syscallRules() {
-		refuse := ret(unix.SECCOMP_RET_ERRNO | uint32(r.errno))
 		var body []unix.SockFilter
 		switch {
 		case r.argBits != 0:
 			body = []unix.SockFilter{
-				load(seccompArg0 + 8*uint32(r.arg)),
-				jump(unix.BPF_JSET, r.argBits, 0, 1),
-				refuse,
-				allow,
+				bpfLoad(seccompArg0 + 8*uint32(r.arg)),
+				bpfJump(unix.BPF_JSET, r.argBits, 0, 1),
+				refuseWith(r.errno),
+				bpfAllow,
 			}
 		case r.argValues != nil:
-			body = []unix.SockFilter{load(seccompArg0 + 8*uint32(r.arg))}
-			for i, v := range r.argValues {
-				// Jump over the remaining comparisons and the refusal.
-				body = append(body, jump(unix.BPF_JEQ, v, uint8(len(r.argValues)-i), 0))
-			}
-			body = append(body, refuse, allow)
+			body = oneOf(argTest{arg: r.arg, values: r.argValues, errno: r.errno}, r.then)
 		default:
-			body = []unix.SockFilter{refuse}
+			body = []unix.SockFilter{refuseWith(r.errno)}
 		}
-		prog = append(prog, jump(unix.BPF_JEQ, uint32(r.nr), 0, uint8(len(body))))
+		prog = append(prog, bpfJump(unix.BPF_JEQ, uint32(r.nr), 0, uint8(len(body))))
 		prog = append(prog, body...)
 	}
-	return append(prog, allow)
+	return append(prog, bpfAllow)
+}
+
+// oneOf is the block of a test: the load of its argument, a comparison
+// per value, the refusal and "allow", then the block of each value's
+// further test in then, in the order of the values. Every path through
+// it ends in a return.
+func oneOf(t argTest, then map[uint32]argTest) []unix.SockFilter {
+	n := len(t.values)
+	var further []unix.SockFilter
+	body := []unix.SockFilter{bpfLoad(seccompArg0 + 8*uint32(t.arg))}
+	for i, v := range t.values {
+		// Past the comparisons left and the refusal: "allow".
+		skip := n - i
+		if next, ok := then[v]; ok {
+			// Past "allow" too, to where this value's test begins.
+			skip += 1 + len(further)
+			further = append(further, oneOf(next, nil)...)
+		}
+		body = append(body, bpfJump(unix.BPF_JEQ, v, uint8(skip), 0))
+	}
+	body = append(body, refuseWith(t.errno), bpfAllow)
+	return append(body, further...)
+}
+
+func bpfRet(v uint32) unix.SockFilter { return unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: v} }
+
+var bpfAllow = bpfRet(unix.SECCOMP_RET_ALLOW)
+
+func refuseWith(errno unix.Errno) unix.SockFilter {
+	return bpfRet(unix.SECCOMP_RET_ERRNO | uint32(errno))
+}
+
+func bpfLoad(off uint32) unix.SockFilter {
+	return unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: off}
+}
+
+func bpfJump(op uint16, k uint32, jt, jf uint8) unix.SockFilter {
+	return unix.SockFilter{Code: unix.BPF_JMP | op | unix.BPF_K, K: k, Jt: jt, Jf: jf}
 }
 
 // installSeccomp puts the filter on the calling thread, which execve then

@@ -3,15 +3,22 @@
 package sandbox_test
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/sandbox"
+	"atelier/testrig/wait"
 )
 
 // The system call filter, tried from the attacker's side: the commands an
@@ -73,6 +80,14 @@ func syscallProbes() []probe {
 		{"clone_plain", unix.SYS_CLONE, "17, 0, 0, 0, 0", "ok"},
 		{"clone3", unix.SYS_CLONE3, "0, 0", "ENOSYS"},   // so the C library falls back to clone
 		{"unshare_fs", unix.SYS_UNSHARE, "0x200", "ok"}, // CLONE_FS: no namespace
+		// NUMA placement answers as on a kernel without NUMA.
+		{"get_mempolicy", unix.SYS_GET_MEMPOLICY, "0, 0, 0, 0, 0", "ENOSYS"},
+		{"set_mempolicy", unix.SYS_SET_MEMPOLICY, "0, 0, 0", "ENOSYS"}, // MPOL_DEFAULT
+		{"set_mempolicy_home_node", unix.SYS_SET_MEMPOLICY_HOME_NODE, "0, 4096, 0, 0", "ENOSYS"},
+		{"mbind", unix.SYS_MBIND, "0, 0, 0, 0, 0, 0", "ENOSYS"},
+		{"move_pages_self", unix.SYS_MOVE_PAGES, "0, 0, 0, 0, 0, 0", "ENOSYS"},
+		{"move_pages_sibling", unix.SYS_MOVE_PAGES, "sib, 0, 0, 0, 0, 0", "ENOSYS"},
+		{"migrate_pages", unix.SYS_MIGRATE_PAGES, "sib, 0, 0, 0", "ENOSYS"},
 		// Last: a process in a new user namespace may not trace its
 		// sibling, which would hide a broken ptrace rule above.
 		{"unshare_user", unix.SYS_UNSHARE, "0x10000000", "EPERM"},
@@ -191,7 +206,8 @@ print("returned", libc.syscall(ctypes.c_long(0x40000000 | 39)), ctypes.get_errno
 }
 
 // Ordinary work goes through the filter untouched: shells, git, threads
-// (glibc's pthread_create tries clone3 and falls back to clone), Go.
+// (glibc's pthread_create tries clone3 and falls back to clone), the
+// network interfaces' names, Go.
 func TestSyscallFilterLetsWorkThrough(t *testing.T) {
 	sb := newSandbox(t, nil)
 	s := newSession(t, sb)
@@ -208,6 +224,8 @@ ts = [threading.Thread(target=out.append, args=(i,)) for i in range(8)]
 for t in ts: t.start()
 for t in ts: t.join()
 print(sorted(out) == list(range(8)))'`] = "True\n"
+		// Routing netlink, which the C library's if_nameindex asks.
+		scripts[`/usr/bin/python3 -c 'import socket; print(socket.if_nameindex())'`] = "[(1, 'lo')]\n"
 	}
 	if _, err := os.Stat("/usr/local/go/bin/go"); err == nil {
 		scripts["/usr/local/go/bin/go version >/dev/null && echo ok"] = "ok\n"
@@ -216,5 +234,177 @@ print(sorted(out) == list(range(8)))'`] = "True\n"
 		if out := s.mustRun(t, script); out != want {
 			t.Errorf("%q: %q, want %q", script, out, want)
 		}
+	}
+}
+
+// sockRow is one address family (with a type and protocol it takes) and
+// what socket and socketpair of it must answer in the sandbox.
+type sockRow struct {
+	name               string
+	family, typ, proto int
+	socket, pair       string // "ok" or the errno's name
+}
+
+// socketRows are the families a command may open and, by name, those
+// the filter refuses, then every other family number up to 63. The
+// kernel answers socketpair of the allowed families but AF_UNIX itself
+// (EOPNOTSUPP, which python names ENOTSUP): the filter lets those through
+// to it.
+func socketRows() []sockRow {
+	const refused = "EAFNOSUPPORT"
+	rows := []sockRow{
+		{"unix", unix.AF_UNIX, unix.SOCK_STREAM, 0, "ok", "ok"},
+		{"unix_dgram", unix.AF_UNIX, unix.SOCK_DGRAM, 0, "ok", "ok"},
+		{"inet", unix.AF_INET, unix.SOCK_STREAM, 0, "ok", "ENOTSUP"},
+		{"inet_dgram", unix.AF_INET, unix.SOCK_DGRAM, 0, "ok", "ENOTSUP"},
+		{"inet6", unix.AF_INET6, unix.SOCK_STREAM, 0, "ok", "ENOTSUP"},
+		{"netlink_route", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE, "ok", "ENOTSUP"},
+		{"netlink_route_dgram", unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_ROUTE, "ok", "ENOTSUP"},
+		// Netlink's other protocols answer as a kernel without them.
+		{"netlink_sock_diag", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_SOCK_DIAG, "EPROTONOSUPPORT", "EPROTONOSUPPORT"},
+		{"netlink_uevent", unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_KOBJECT_UEVENT, "EPROTONOSUPPORT", "EPROTONOSUPPORT"},
+		{"netlink_audit", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT, "EPROTONOSUPPORT", "EPROTONOSUPPORT"},
+		{"netlink_generic", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_GENERIC, "EPROTONOSUPPORT", "EPROTONOSUPPORT"},
+		{"netlink_netfilter", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_NETFILTER, "EPROTONOSUPPORT", "EPROTONOSUPPORT"},
+		{"netlink_xfrm", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_XFRM, "EPROTONOSUPPORT", "EPROTONOSUPPORT"},
+		{"vsock", unix.AF_VSOCK, unix.SOCK_STREAM, 0, refused, refused},
+		{"vsock_dgram", unix.AF_VSOCK, unix.SOCK_DGRAM, 0, refused, refused},
+		{"packet", unix.AF_PACKET, unix.SOCK_RAW, 0x0300, refused, refused}, // ETH_P_ALL, network order
+		{"alg", unix.AF_ALG, unix.SOCK_SEQPACKET, 0, refused, refused},
+		{"key", unix.AF_KEY, unix.SOCK_RAW, 2, refused, refused}, // PF_KEY_V2
+		{"bluetooth", unix.AF_BLUETOOTH, unix.SOCK_SEQPACKET, 0, refused, refused},
+		{"xdp", unix.AF_XDP, unix.SOCK_RAW, 0, refused, refused},
+		{"can", unix.AF_CAN, unix.SOCK_RAW, 1, refused, refused}, // CAN_RAW
+		{"tipc", unix.AF_TIPC, unix.SOCK_RDM, 0, refused, refused},
+		{"rds", unix.AF_RDS, unix.SOCK_SEQPACKET, 0, refused, refused},
+		{"pppox", unix.AF_PPPOX, unix.SOCK_STREAM, 0, refused, refused},
+		{"llc", unix.AF_LLC, unix.SOCK_DGRAM, 0, refused, refused},
+		{"qipcrtr", unix.AF_QIPCRTR, unix.SOCK_DGRAM, 0, refused, refused},
+		{"smc", unix.AF_SMC, unix.SOCK_STREAM, 0, refused, refused},
+		{"kcm", unix.AF_KCM, unix.SOCK_DGRAM, 0, refused, refused},
+		{"mctp", unix.AF_MCTP, unix.SOCK_DGRAM, 0, refused, refused},
+		{"beyond_af_max", 1 << 16, unix.SOCK_STREAM, 0, refused, refused},
+	}
+	named := map[int]bool{}
+	for _, r := range rows {
+		named[r.family] = true
+	}
+	for f := 0; f < 64; f++ {
+		if !named[f] {
+			rows = append(rows, sockRow{fmt.Sprintf("family_%d", f), f, unix.SOCK_DGRAM, 0, refused, refused})
+		}
+	}
+	return rows
+}
+
+// socketScript is a python3 script that opens a socket and a socket pair
+// of each row, printing "name socket-answer pair-answer" per row.
+func socketScript(rows []sockRow) string {
+	var py strings.Builder
+	py.WriteString(`import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+def answer(r):
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+def probe(name, family, typ, proto):
+    ctypes.set_errno(0)
+    fd = libc.socket(family, typ, proto)
+    one = answer(fd)
+    if fd >= 0: libc.close(fd)
+    sv = (ctypes.c_int * 2)()
+    ctypes.set_errno(0)
+    r = libc.socketpair(family, typ, proto, sv)
+    pair = answer(r)
+    if r == 0: libc.close(sv[0]); libc.close(sv[1])
+    print(name, one, pair, flush=True)
+`)
+	for _, r := range rows {
+		fmt.Fprintf(&py, "probe(%q, %d, %d, %d)\n", r.name, r.family, r.typ, r.proto)
+	}
+	return "/usr/bin/python3 -c '" + py.String() + "'"
+}
+
+// Every family but local, IP and routing netlink is refused, as by a
+// kernel without it; the same script as the session's uid outside the
+// sandbox shows which refusals are the filter's own.
+func TestSyscallFilterSocketFamilies(t *testing.T) {
+	needPython(t)
+	sb := newSandbox(t, nil)
+	s := newSession(t, sb)
+	rows := socketRows()
+	script := socketScript(rows)
+	inside := parseProbes(s.mustRun(t, script))
+	outside := parseProbes(asSessionUser(t, s, script))
+	var kernels []string
+	for _, r := range rows {
+		want := r.socket + " " + r.pair
+		if got := inside[r.name]; got != want {
+			t.Errorf("%s (family %d, protocol %d) in the sandbox: socket, socketpair %q, want %q", r.name, r.family, r.proto, got, want)
+		}
+		if r.socket != "ok" && outside[r.name] == want {
+			kernels = append(kernels, r.name)
+		}
+	}
+	t.Logf("the kernel itself refuses these as the filter does, so their rows do not prove it: %s", strings.Join(kernels, " "))
+}
+
+// vsock ports are the machine's, whatever the network namespace: a
+// command that could bind one would take it from the host's services.
+// The command tries to bind and hold a port; the host must then still be
+// able to bind it.
+func TestSandboxCannotTakeAVsockPort(t *testing.T) {
+	needPython(t)
+	probe, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Skipf("precondition: AF_VSOCK on this host, whose port the sandbox must not take: %v", err)
+	}
+	unix.Close(probe)
+	sb := newSandbox(t, nil)
+	s := newSession(t, sb)
+	port := uint32(1<<30 + rand.N(1<<29))
+	script := fmt.Sprintf(`/usr/bin/python3 -c '
+import errno, os, socket, time
+try:
+    s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    s.bind((socket.VMADDR_CID_ANY, %d))
+    s.listen()
+    res = "bound"
+except OSError as e:
+    res = errno.errorcode.get(e.errno, "?")
+open("vsock.tmp", "w").write(res)
+os.rename("vsock.tmp", "vsock")
+if res == "bound":
+    time.sleep(20)
+'`, port)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Run(ctx, s.spec(script), sandbox.Limits{Timeout: 30 * time.Second})
+		done <- err
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	result := filepath.Join(s.dir, "vsock")
+	var res []byte
+	if !wait.Until(wait.Long, func() bool {
+		res, err = os.ReadFile(result)
+		return err == nil
+	}) {
+		t.Fatalf("the command did not report: %v", err)
+	}
+	if string(res) != "EAFNOSUPPORT" {
+		t.Errorf("vsock socket in the sandbox: %q, want EAFNOSUPPORT", res)
+	}
+	fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrVM{CID: unix.VMADDR_CID_ANY, Port: port}); err != nil {
+		t.Fatalf("the host cannot bind vsock port %d while the sandbox runs: %v", port, err)
+	}
+	if err := unix.Listen(fd, 1); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -178,6 +178,13 @@ func (s *Sandbox) handOver(p *spareProc, is *initSpec, stdout, stderr *os.File) 
 		return nil, fmt.Errorf("%w: not ready: %v", errSpareGone, err)
 	}
 	p.ours.SetReadDeadline(time.Time{})
+	// A spare that said it was ready and was killed since may still take
+	// the stdio and the instructions, and fail only where its command
+	// would start, too late to start afresh. Its state says so first.
+	if state, _, ok := statOf(p.cmd.Process.Pid); !ok || !alive(state) {
+		p.end()
+		return nil, fmt.Errorf("%w: it died while it waited", errSpareGone)
+	}
 	rights := unix.UnixRights(int(stdout.Fd()), int(stderr.Fd()))
 	raw, err := p.ours.SyscallConn()
 	if err != nil {

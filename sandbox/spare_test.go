@@ -4,6 +4,7 @@ package sandbox_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"atelier/sandbox"
+	"atelier/testrig/wait"
 )
 
 // spareHelpers are the spare helpers of this process still alive.
@@ -124,10 +126,11 @@ func TestSpareWaitsInItsUidsGroups(t *testing.T) {
 	if len(pids) != 1 {
 		t.Fatalf("spare helpers %v, want one", pids)
 	}
-	if !eventually(10*time.Second, func() bool {
-		cg, _ := os.ReadFile(filepath.Join("/proc", pids[0], "cgroup"))
-		return strings.Contains(string(cg), groupOf(a.uid))
-	}) {
+	inGroups := func(pid string, uid uint32) bool {
+		cg, _ := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
+		return strings.Contains(string(cg), groupOf(uid))
+	}
+	if !wait.Until(wait.Long, func() bool { return inGroups(pids[0], a.uid) }) {
 		cg, _ := os.ReadFile(filepath.Join("/proc", pids[0], "cgroup"))
 		t.Fatalf("the waiting spare is not in uid %d's groups:\n%s", a.uid, cg)
 	}
@@ -161,7 +164,7 @@ func TestSpareWaitsInItsUidsGroups(t *testing.T) {
 	}
 	spec = a.spec("read -a f < /proc/self/stat; echo nice ${f[18]}; cat /proc/self/cgroup")
 	spec.Spare = spare
-	time.Sleep(200 * time.Millisecond) // in its groups by now, as between two commands
+	wait.For(t, wait.Long, "the spare to wait in its uid's groups", func() bool { return inGroups(pids[0], a.uid) })
 	res, err = sb.Run(context.Background(), spec, sandbox.Limits{Timeout: 30 * time.Second})
 	if err != nil || res.ExitCode != 0 || !strings.Contains(string(res.Stdout), groupOf(a.uid)) {
 		t.Fatalf("its own uid's command: %+v %v", res, err)
@@ -175,7 +178,10 @@ func TestSpareWaitsInItsUidsGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer waiting.Close()
-	time.Sleep(200 * time.Millisecond)
+	wait.For(t, wait.Long, "the new spare to wait in its uid's groups", func() bool {
+		pids := spareHelpers(t)
+		return len(pids) == 1 && inGroups(pids[0], a.uid)
+	})
 	if err := sb.KillAll(context.Background(), a.uid); err != nil {
 		t.Fatal(err)
 	}
@@ -241,22 +247,22 @@ func TestLayersSayWhatChanged(t *testing.T) {
 		}
 	})
 	s.mustRun(t, `echo x >> edit/b.txt; rm del/c.txt; rm -r tree; mv ren ren2; rm -r swap && mkdir swap && echo n > swap/new.txt; chmod 600 same/a.txt`)
-	entries, err := sandbox.ReadUpper(upper)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []string
-	for _, e := range entries {
+	err := sandbox.WalkTree(upper, sandbox.WalkOptions{MaxDepth: 64, Upper: true}, func(e *sandbox.TreeEntry) error {
 		mark := ""
 		switch {
-		case e.Whiteout:
+		case e.Kind == sandbox.KindWhiteout:
 			mark = " (deleted)"
 		case e.Opaque:
 			mark = " (replaced folder)"
-		case e.Dir:
+		case e.Kind == sandbox.KindDir:
 			mark = "/"
 		}
 		got = append(got, e.Path+mark)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	slices.Sort(got)
 	want := []string{"del/", "del/c.txt (deleted)", "edit/", "edit/b.txt", "ren (deleted)", "ren2/", "ren2/f.txt",
@@ -299,7 +305,7 @@ func TestDeadSpareStartsAfresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Dead: a zombie, whose files the kernel has closed.
-	if !eventually(5*time.Second, func() bool {
+	if !wait.Until(wait.Short, func() bool {
 		stat, err := os.ReadFile(filepath.Join("/proc", pids[0], "stat"))
 		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
 		return err == nil && len(fields) > 0 && fields[0] == "Z"
@@ -359,5 +365,31 @@ func TestSparesLeaveTheServersThreadsAlone(t *testing.T) {
 		if nice != "0" {
 			t.Errorf("thread %s is left at nice %s", tid, nice)
 		}
+	}
+}
+
+// TestSpareOfACanceledCommandEnds: a command whose context ended before
+// it started does not run, and its spare helper is ended with it rather
+// than left waiting out its time.
+func TestSpareOfACanceledCommandEnds(t *testing.T) {
+	sb := newSandbox(t, nil)
+	s := newSession(t, sb)
+	spare, err := sb.Spare(s.uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spare.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	spec := s.spec("touch /workspace/ran")
+	spec.Spare = spare
+	if _, err := sb.Run(ctx, spec, sandbox.Limits{Timeout: 30 * time.Second}); !errors.Is(err, sandbox.ErrCanceled) {
+		t.Fatalf("a canceled command: %v, want ErrCanceled", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, "ran")); err == nil {
+		t.Fatal("the canceled command ran")
+	}
+	if got := spareHelpers(t); len(got) != 0 {
+		t.Fatalf("the canceled command's spare still runs: %v", got)
 	}
 }

@@ -33,10 +33,15 @@ type Spec struct {
 	// /home/atelier (HOME) and /tmp; they last as long as the session. Tmp
 	// "" gives each command a small /tmp of its own in memory.
 	Home, Tmp string
-	Argv      []string // e.g. {"/bin/bash", "--noprofile", "--norc", "-c", cmd}; a bare name is found on the clean PATH
-	ExtraEnv  []string // normally empty; only TERM=... is accepted (for shells)
+	Argv      []string // e.g. CommandArgv(cmd) or ShellArgv(); a bare name is found on the clean PATH
+	ExtraEnv  []string // normally empty; only TERM=... is accepted, in place of the TTY's or a command's
 	Network   Network
 	Stdin     io.Reader // Run only; nil = /dev/null
+	// Output, for Run, is given stdout and stderr as they are read, the
+	// two interleaved in the order their reads return, besides the
+	// Result's tails (which keep them apart). Writes come one at a time
+	// and hold the pipes while they run, so it must not block.
+	Output io.Writer
 	// TTY is a PTY slave for Start: it becomes stdin, stdout and stderr and
 	// the controlling terminal of a new session. The caller owns the PTY.
 	TTY *os.File
@@ -44,6 +49,26 @@ type Spec struct {
 	// or nil. Run takes it: it runs the command in it when it can, and
 	// ends it otherwise (a Stdin, or Network Allow, needs a fresh one).
 	Spare *Spare
+	// Cache is the project's cache on the host, seen read-write at
+	// HOME/.cache, where the environment points the usual tools' caches
+	// (cacheEnv); "" leaves HOME's own .cache, as new as HOME is.
+	Cache string
+}
+
+// CommandArgv runs command, a line of shell, as a one-shot command or a
+// check: bash reads no start-up file, so the command gets exactly the
+// sandbox's environment.
+func CommandArgv(command string) []string {
+	return []string{"/bin/bash", "--noprofile", "--norc", "-c", command}
+}
+
+// ShellArgv starts a terminal's shell: an interactive bash (its prompt,
+// job control, the session's own ~/.bashrc) that is not a login shell. A
+// login shell would read the host's /etc/profile, whose job is to set
+// PATH, and the shell would lose the PATH every command has (Go's
+// toolchain, Config.Path).
+func ShellArgv() []string {
+	return []string{"/bin/bash", "-i"}
 }
 
 // Config is the sandbox's set-up, loaded once.
@@ -72,8 +97,9 @@ type Config struct {
 	// the host's memory. Without cgroups it does nothing.
 	MaxMemoryTotal int64
 	// AllowNetworks are networks that Network Allow may reach although
-	// they are private, link-local or the host's own
-	// (ATELIER_SANDBOX_ALLOW_CIDRS). Loopback stays out of reach.
+	// netblock refuses them: private, link-local, reserved, the host's own
+	// addresses or networks (ATELIER_SANDBOX_ALLOW_CIDRS). Loopback stays
+	// out of reach.
 	AllowNetworks []netip.Prefix
 	// NetStack is the slirp4netns that Network Allow needs; "" looks on
 	// PATH and in /usr/bin. Without it, Allow is refused.

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"atelier/sandbox"
+	"atelier/testrig/wait"
 )
 
 func TestNothingOutlivesACommand(t *testing.T) {
@@ -73,7 +74,12 @@ func TestForkBomb(t *testing.T) {
 		spawned := make(chan error, 1)
 		var during int
 		go func() {
-			time.Sleep(2 * time.Second)
+			// Gone off: its uid runs dozens of processes, and until the
+			// timeout ends them.
+			if !wait.Until(wait.Span(lim.Timeout), func() bool { return len(procsOf(s.uid)) >= 50 }) {
+				spawned <- errors.New("the bomb never went off")
+				return
+			}
 			during = len(procsOf(s.uid))
 			spawned <- exec.Command("/bin/true").Run()
 		}()
@@ -118,8 +124,11 @@ func TestTimeoutIgnoringTERM(t *testing.T) {
 	if res.ExitCode != 124 || !res.TimedOut || string(res.Stdout) != "waiting\n" {
 		t.Errorf("result %+v", res)
 	}
-	if took < 2*time.Second || took > 6*time.Second {
-		t.Errorf("took %s", took)
+	// Order, not a window of times: the command ended once its timeout
+	// had passed, and by the kill that follows the ignored TERM, before
+	// its sleep would have ended by itself.
+	if took < 2*time.Second || took >= 200*time.Second {
+		t.Errorf("took %s, want past the 2 s timeout and before the 200 s sleep's end", took)
 	}
 	if left := procsOf(s.uid); len(left) > 0 {
 		t.Errorf("left: %v", left)
@@ -143,7 +152,7 @@ func TestKillAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Wait()
-	if !eventually(10*time.Second, func() bool { return len(procsOf(s.uid)) >= 50 }) {
+	if !wait.Until(wait.Long, func() bool { return len(procsOf(s.uid)) >= 50 }) {
 		t.Fatalf("only %d processes started", len(procsOf(s.uid)))
 	}
 	start := time.Now()
@@ -287,7 +296,7 @@ func (p *pty) write(t *testing.T, s string) {
 
 func (p *pty) expect(t *testing.T, want string) {
 	t.Helper()
-	ok := eventually(10*time.Second, func() bool {
+	ok := wait.Until(wait.Long, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return strings.Contains(p.out.String(), want)

@@ -9,17 +9,20 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"atelier/auth"
+	"atelier/bus"
 	"atelier/changes"
 	"atelier/code"
 	"atelier/editsession"
 	"atelier/events"
 	"atelier/gitsvc"
 	"atelier/handlers"
+	"atelier/instances"
 	"atelier/limits"
 	"atelier/meter"
 	"atelier/metrics"
@@ -30,6 +33,7 @@ import (
 	"atelier/storage/codestore"
 	"atelier/terminal"
 	"atelier/views"
+	"atelier/workbench"
 	"atelier/workspace"
 )
 
@@ -42,16 +46,25 @@ type App struct {
 	// Auth's and their pages signIn's. Runtime runs their checkouts and
 	// commands, Shells their terminals.
 	EditSessions *editsession.Sessions
-	Runtime      *editsession.Runtime
-	Shells       *editsession.Shells
+	Runtime      *workbench.Runtime
+	Shells       *workbench.Shells
 	Events       *events.Recorder
-	Meter        *meter.Meter
-	Sandbox      *sandbox.Sandbox
-	// Instance names this server process in leases and reservations.
+	// Bus carries events and hints between the instances on the database;
+	// App.Close closes it last, and then waits for followers, the
+	// goroutines here that read its subscriptions.
+	Bus       bus.Bus
+	followers *sync.WaitGroup
+	Meter     *meter.Meter
+	Sandbox   *sandbox.Sandbox
+	// Instance names this server process in leases and reservations;
+	// Instances keeps its row among the instances on the database.
 	Instance  string
+	Instances *instances.Instance
 	Terminals *terminal.Manager // every terminal of this instance
 	// Changes carry submitted edits to canonical: verify, approve, release.
 	Changes *changes.Service
+	// Code is the code store: published trees, and their collector.
+	Code *codestore.Store
 
 	log      *slog.Logger
 	adapter  handlers.Adapter
@@ -60,6 +73,7 @@ type App struct {
 	signIn   *handlers.Sessions
 	projects *handlers.Projects
 	users    *handlers.Users
+	account  *handlers.Account
 	code     *handlers.Code
 	edit     *handlers.EditSessions
 	metrics  *metrics.Metrics
@@ -71,6 +85,18 @@ type App struct {
 	inputBytes     int
 	trustedProxies []string            // CIDRs
 	streams        *limits.Gate[int64] // open event streams per account
+	searches       *limits.Gate[int64] // running content searches per account
+}
+
+// changesQueued is the bus's topic of a Change queued for its check.
+const changesQueued = "changes.queued"
+
+// hostname names this host in instances' places.
+func hostname() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "localhost"
 }
 
 // newInstanceID names this process: a restarted server is a new instance,
@@ -109,7 +135,8 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
-	codeStore, err := codestore.New(objects, git, store, log, cachedTrees)
+	codeStore, err := codestore.New(objects, git, store, log, codestore.Options{
+		CachedTrees: cachedTrees, Grace: cfg.CollectGrace, MaxProjectBytes: cfg.MaxProjectBytes})
 	if err != nil {
 		return nil, err
 	}
@@ -121,11 +148,25 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	if err != nil {
 		return nil, err
 	}
-	codeSvc := code.NewService(ws, git, codeStore, store, log, code.ImportLimits{Running: cfg.ImportsMax, PerHour: cfg.ImportsPerHour})
-	recorder := events.New(store, log)
+	codeSvc := code.NewService(code.Options{Workspace: ws, Git: git, Code: codeStore, DB: store, Log: log,
+		Imports: code.ImportLimits{Running: cfg.ImportsMax, PerHour: cfg.ImportsPerHour, MaxExpandedBytes: cfg.MaxExpandedBytes}})
+	if err := os.MkdirAll(cfg.UploadDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("server: uploads folder: %w", err)
+	}
 	cfg.Sandbox.Log = log
 	box, err := sandbox.New(cfg.Sandbox)
 	if err != nil {
+		return nil, err
+	}
+	// Events and hints reach the pages of every instance on the database,
+	// this one's through the bus too. Nothing after this fails.
+	shared, err := bus.NewPostgres(ctx, bus.Options{Listener: store.Listener, Notify: store.Notify, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	recorder, err := events.NewShared(store, log, cfg.Events, shared)
+	if err != nil {
+		shared.Close()
 		return nil, err
 	}
 	usage := meter.New(store, cfg.SandboxCap, now)
@@ -135,23 +176,83 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	terms := terminal.NewManager(terminal.Config{})
 	streams := limits.NewStreams()
 	metered := metrics.New()
-	runtime := editsession.NewRuntime(store, git, codeStore, ws, editsession.Sandboxes{
-		Box: box, Meter: usage, LocalArea: cfg.SandboxDir(),
-		UIDBase: cfg.Sandbox.UIDBase, UIDCount: cfg.Sandbox.UIDCount, Instance: instance,
-		MaxRunning: cfg.SandboxMaxRunning, DiskBytes: cfg.SandboxDiskBytes, DiskArea: cfg.SandboxDiskDir(),
-		Observer: metered, Hint: recorder.Hint,
-	}, terms, now, log)
-	shells := editsession.NewShells(store, runtime, terms, now, log)
+	edits := editsession.NewEdits(store, git, codeStore, now)
+	// Sessions' code runs in this host's jail.
+	provider := sandbox.NewLocal(sandbox.LocalConfig{Box: box, Area: cfg.SandboxDir(), Log: log,
+		DiskBytes: cfg.SandboxDiskBytes, DiskArea: cfg.SandboxDiskDir(),
+		CacheBytes: cfg.SandboxCacheBytes, CacheTotal: cfg.SandboxCacheTotal, CacheArea: cfg.SandboxCacheDir()})
+	runtime := workbench.NewRuntime(workbench.RuntimeOptions{DB: store, Git: git, Edits: edits,
+		Terminals: terms, Now: now, Log: log, Sandboxes: workbench.Sandboxes{
+			Provider: provider, Meter: usage, UIDBase: cfg.Sandbox.UIDBase, UIDCount: cfg.Sandbox.UIDCount, Instance: instance,
+			MaxRunning: cfg.SandboxMaxRunning, CaptureBudget: cfg.SandboxCaptureBudget, Observer: metered, Hint: recorder.Hint,
+		}})
+	shells := workbench.NewShells(workbench.ShellsOptions{DB: store, Runtime: runtime, Edits: edits, Terminals: terms,
+		Meter: usage, Instance: instance, Hint: recorder.Hint, Now: now, Log: log})
 	sessionCfg := cfg.Sessions
 	// The last uid of the block runs Changes' checks (Runtime.CheckUID).
 	sessionCfg.SandboxSlots = cfg.Sandbox.UIDCount - 1
+	sessionCfg.DiskBytes, sessionCfg.DiskTotal = cfg.SandboxDiskBytes, cfg.SandboxDiskTotal
+	if cfg.SandboxDiskBytes > 0 && cfg.SandboxDiskTotal > 0 {
+		log.Info("sessions' disks", "each", cfg.SandboxDiskBytes, "total", cfg.SandboxDiskTotal,
+			"sessions", cfg.SandboxDiskTotal/cfg.SandboxDiskBytes)
+	}
 	// An ending session's shells close first, then its processes and
 	// checkout go.
-	sessionSvc := editsession.New(store, git, codeStore, ws, recorder, sessionCfg, now, log, shells, runtime)
-	projectSvc := projects.NewService(store, ws, git, codeStore, sessionSvc, now, log, cfg.MaxProjects)
-	changeSvc := changes.New(store, git, codeStore, ws, sessionSvc, runtime, recorder, now, log)
+	sessionSvc := editsession.New(editsession.Options{DB: store, Git: git, Code: codeStore, Workspace: ws,
+		Events: recorder, Config: sessionCfg, Now: now, Log: log, Cleaners: []editsession.Cleaner{shells, runtime}})
+	projectSvc := projects.NewService(projects.Options{Store: store, Workspace: ws, Git: git, Code: codeStore,
+		Sessions: sessionSvc, Now: now, Log: log, MaxOwned: cfg.MaxProjects})
+	// A sign-in or a membership ended here stops being believed on every
+	// instance at once.
+	followers := &sync.WaitGroup{}
+	for topic, f := range map[string]forgetter{"auth.forget": authSvc, "projects.forget": projectSvc} {
+		if err := shareForgets(shared, topic, f, followers, log); err != nil {
+			shared.Close()
+			return nil, err
+		}
+	}
+	// A disabled person's sessions end, and their shells and commands
+	// with them.
+	people := auth.NewPeople(authSvc, recorder, sessionSvc, log)
+	// A Change queued on any instance wakes every instance's verifier at
+	// once; a gap of the bus may have lost a wake-up, so it wakes them too.
+	queued, err := shared.Subscribe(changesQueued)
+	if err != nil {
+		shared.Close()
+		return nil, err
+	}
+	wakeups := make(chan struct{}, 1)
+	followers.Go(func() { // ends when the bus closes (App.Close)
+		for {
+			select {
+			case _, ok := <-queued.Messages():
+				if !ok {
+					return
+				}
+			case <-queued.Gaps():
+			}
+			select {
+			case wakeups <- struct{}{}:
+			default:
+			}
+		}
+	})
+	changeSvc := changes.New(changes.Options{DB: store, Git: git, Code: codeStore, Workspace: ws,
+		Sessions: sessionSvc, Checks: runtime, Events: recorder, Now: now, Log: log, Instance: instance,
+		Wakeups: wakeups, Queued: func() {
+			if err := shared.Publish(context.Background(), changesQueued, []byte("1")); err != nil {
+				log.Warn("other instances not told of a queued Change; they find it at their next poll", "err", err)
+			}
+		}})
 	metered.Read(metrics.Sources{Meter: usage, Store: store, Terminals: terms, Streams: streams, Commands: runtime,
 		Changes: changeSvc})
+	// A request about a session another instance runs is handed to it,
+	// when the instances share a secret and say where they are.
+	var forward handlers.Forwarder
+	if cfg.forwardAddress() != "" {
+		forward = &forwarder{secret: []byte(cfg.ClusterSecret), from: instance, now: time.Now, log: log,
+			transport: http.DefaultTransport, adapter: handlers.Adapter{Render: render, Log: log}}
+	}
 	a := &App{
 		Auth:         authSvc,
 		Projects:     projectSvc,
@@ -159,28 +260,36 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		Runtime:      runtime,
 		Shells:       shells,
 		Events:       recorder,
+		Bus:          shared,
+		followers:    followers,
 		Meter:        usage,
 		Sandbox:      box,
 		Instance:     instance,
-		Terminals:    terms,
-		Changes:      changeSvc,
-		log:          log,
-		adapter:      handlers.Adapter{Render: render, Log: log},
-		cookies:      auth.Cookies{AlwaysSecure: cfg.SecureCookies},
-		health:       &handlers.Health{Ping: store.Ping},
-		projects:     &handlers.Projects{Render: render, Projects: projectSvc, Meter: usage},
-		users:        &handlers.Users{Render: render, Auth: authSvc, Store: store},
+		Instances: instances.New(instances.Options{DB: store, Meter: usage, ID: instance, Now: now, Log: log,
+			Place: hostname() + ":" + cfg.SandboxArea, PlaceLock: cfg.InstanceLock(), Address: cfg.forwardAddress()}),
+		Terminals: terms,
+		Changes:   changeSvc,
+		Code:      codeStore,
+		log:       log,
+		adapter:   handlers.Adapter{Render: render, Log: log},
+		cookies:   auth.Cookies{AlwaysSecure: cfg.SecureCookies},
+		health:    &handlers.Health{Ping: store.Ping},
+		projects:  &handlers.Projects{Render: render, Projects: projectSvc, Meter: usage},
+		users:     &handlers.Users{Render: render, Auth: authSvc, People: people, Store: store, Secure: cfg.SecureCookies},
+		account:   &handlers.Account{Render: render, People: people},
 		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
-			MaxImportBytes: cfg.MaxImportBytes, Meter: usage, Log: log},
+			MaxImportBytes: cfg.MaxImportBytes, UploadDir: cfg.UploadDir(), Meter: usage, Log: log},
 		edit: &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc,
-			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now, CommandHint: commandHint(box)},
+			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now, CommandHint: commandHint(box), Forward: forward},
 		admin: &handlers.Dashboard{Render: render, Meter: usage, Sessions: sessionSvc, Runtime: runtime,
-			Shells: shells, Events: recorder, Store: store},
+			Shells: shells, Events: recorder, Store: store,
+			MaxProjectBytes: codeStore.MaxProjectBytes(), CollectGrace: cfg.CollectGrace},
 		changes: &handlers.Changes{Render: render, Projects: projectSvc, Changes: changeSvc, Code: codeSvc,
 			Events: recorder},
 		maxImportBytes: cfg.MaxImportBytes,
 		inputBytes:     terms.Config().InputBytes,
 		streams:        streams,
+		searches:       limits.NewSearches(),
 		metrics:        metered,
 	}
 	for _, p := range cfg.TrustedProxies {
@@ -190,6 +299,47 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	a.scrape = &handlers.Metrics{Token: cfg.MetricsToken, Identify: authSvc.Identify(a.cookies), Serve: metered.Handler()}
 	a.Handler = a.routes()
 	return a, nil
+}
+
+// forgetter is a service that remembers what it read for a while
+// (auth's sign-ins, projects' memberships) and forgets it when it changes.
+type forgetter interface {
+	TellPeers(tell func(ctx context.Context, forgotten string))
+	Forget(forgotten string)
+	ForgetAll()
+}
+
+// shareForgets publishes on b, under topic, what f forgets, and has f
+// forget what any instance published there, its own again included
+// (forgetting twice is harmless). A gap may have lost some: f forgets
+// everything. The goroutine, counted in followers, ends when b closes.
+func shareForgets(b bus.Bus, topic string, f forgetter, followers *sync.WaitGroup, log *slog.Logger) error {
+	sub, err := b.Subscribe(topic)
+	if err != nil {
+		return err
+	}
+	f.TellPeers(func(ctx context.Context, forgotten string) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := b.Publish(ctx, topic, []byte(forgotten)); err != nil {
+			log.Warn("a change did not reach the other instances; they stop believing the old within 2 s",
+				"topic", topic, "err", err)
+		}
+	})
+	followers.Go(func() {
+		for {
+			select {
+			case m, ok := <-sub.Messages():
+				if !ok {
+					return
+				}
+				f.Forget(string(m.Payload))
+			case <-sub.Gaps():
+				f.ForgetAll()
+			}
+		}
+	})
+	return nil
 }
 
 // commandHint is an example command that works in this host's sandbox:

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"atelier/internal/githttptest"
 	"atelier/projects"
+	"atelier/testrig/githttptest"
 )
 
 // smallArchive is a one-file archive to import.
@@ -127,4 +127,43 @@ func TestProjectsPerPersonAreBounded(t *testing.T) {
 	}
 	res := c.post("/projects", url.Values{"name": {"one more"}, "mode": {"container"}}, jsonAccept)
 	expectProblem(t, res, http.StatusForbidden, "too_many_projects")
+}
+
+// TestSessionsPerPersonAreBounded: one person holds at most
+// ATELIER_MAX_SESSIONS_PER_USER open sessions across projects (4 by
+// default): the fifth opening is a 429 too_many_sessions that says so, the
+// four open ones keep their edits and take more, and once one ends the
+// fifth opens.
+func TestSessionsPerPersonAreBounded(t *testing.T) {
+	h := newHarness(t)
+	c := h.user("busy", false)
+	var bases []string
+	for i := range 4 {
+		_, base := c.session(c.createProject("p" + strconv.Itoa(i)))
+		if res := c.put(base, "a.txt", []byte("kept "+strconv.Itoa(i)), nil); res.StatusCode >= 300 {
+			t.Fatalf("save: %d %s", res.StatusCode, readBody(res))
+		}
+		bases = append(bases, base)
+	}
+	fifth := c.createProject("fifth")
+	res := c.post("/projects/"+itoa(fifth)+"/sessions", nil, jsonAccept)
+	p := expectProblem(t, res, http.StatusTooManyRequests, "too_many_sessions")
+	if !strings.Contains(p.Error, "as one person may (4, in other projects)") {
+		t.Errorf("the refusal does not say the bound: %q", p.Error)
+	}
+	for i, base := range bases {
+		res := c.get(base+"/file?path=a.txt", jsonAccept)
+		if body := readBody(res); res.StatusCode != http.StatusOK || body != "kept "+strconv.Itoa(i) {
+			t.Errorf("session %d after the refusal: %d %q", i, res.StatusCode, body)
+		}
+		if res := c.put(base, "b.txt", []byte("more"), nil); res.StatusCode >= 300 {
+			t.Errorf("a save in session %d after the refusal: %d %s", i, res.StatusCode, readBody(res))
+		}
+	}
+	if res := c.post(bases[0]+"/discard", nil, jsonAccept); res.StatusCode >= 300 {
+		t.Fatalf("discard: %d %s", res.StatusCode, readBody(res))
+	}
+	if _, status := c.openSession(fifth); status != http.StatusCreated {
+		t.Errorf("the fifth once one ended: %d", status)
+	}
 }

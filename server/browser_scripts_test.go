@@ -8,6 +8,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
+
+	"atelier/testrig/wait"
 )
 
 // On a slow network the dashboard's event-stream extension arrives well
@@ -25,7 +27,7 @@ func TestBrowserLateExtensionScript(t *testing.T) {
 	delayed := make(chan error, 1)
 	go func() {
 		id := <-paused
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // not a wait: the slow network itself
 		delayed <- do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			_, err := cdp.Call(ctx, tg, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id})
 			return err
@@ -43,7 +45,7 @@ func TestBrowserLateExtensionScript(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the dashboard never asked for its extension script")
 	}
-	waitFor(t, 10*time.Second, "the dashboard to follow the live stream", func() bool { return h.app.Events.Followers() >= 1 })
+	wait.For(t, wait.Long, "the dashboard to follow the live stream", func() bool { return h.app.Events.Followers() >= 1 })
 }
 
 // holdRequests makes the browser hold every request whose URL matches

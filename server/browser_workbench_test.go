@@ -15,6 +15,8 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"atelier/testrig/wait"
 )
 
 // A person works in the session's workbench without scrolling the page:
@@ -41,10 +43,8 @@ func TestBrowserWorkbench(t *testing.T) {
 	}
 	waitFor := func(what string, within time.Duration, ok func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(within); !ok(); time.Sleep(100 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("waiting for %s; the page has %s", what, pageState(ctx))
-			}
+		if !wait.Until(wait.Span(within), ok) {
+			t.Fatalf("waited %v for %s; the page has %s", wait.Span(within).Duration(), what, pageState(ctx))
 		}
 	}
 	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {

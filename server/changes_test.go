@@ -2,18 +2,21 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
-	"time"
 
 	"atelier/models"
 	"atelier/projects"
+	"atelier/testrig/wait"
 )
 
 type changeJSON struct {
@@ -54,19 +57,17 @@ func (c *client) change(id, cid int64) changeJSON {
 // composed one, waits for something), or fails.
 func (c *client) waitChange(id, cid int64, statuses ...string) changeJSON {
 	c.h.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ch := c.change(id, cid)
+	var ch changeJSON
+	wait.ForNil(c.h.t, 2*wait.Long, fmt.Sprintf("change %d to be one of %v", cid, statuses), func() error {
+		ch = c.change(id, cid)
 		for _, s := range statuses {
 			if ch.Status == s && (s != models.ChangeComposed || ch.WaitReason != nil) {
-				return ch
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			c.h.t.Fatalf("change %d is %s (waits %v), want one of %v", cid, ch.Status, ch.WaitReason, statuses)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("it is %s (waits %v)", ch.Status, ch.WaitReason)
+	})
+	return ch
 }
 
 func (c *client) act(id, cid int64, action string) *http.Response {
@@ -87,15 +88,19 @@ func (c *client) approveAndRelease(id, cid int64) changeJSON {
 	return decode[changeJSON](c.h.t, res)
 }
 
-// editFile saves one file from the Code page as a one-file Change.
+// editFile saves one file as a one-file Change, as a script does: the
+// base is the commit the Code page's JSON names.
 func (c *client) editFile(id int64, path, content string) int64 {
 	c.h.t.Helper()
-	p, err := c.h.store.ProjectByID(context.Background(), id)
-	if err != nil {
-		c.h.t.Fatal(err)
+	res := c.get("/projects/"+itoa(id)+"/code", jsonAccept)
+	if res.StatusCode != http.StatusOK {
+		c.h.t.Fatalf("the code of %d: %d %s", id, res.StatusCode, readBody(res))
 	}
-	res := c.post("/projects/"+itoa(id)+"/code/edit", url.Values{"path": {path}, "content": {content},
-		"base": {*p.CanonicalCommit}, "message": {"edit " + path}}, jsonAccept)
+	head := decode[struct {
+		Head struct{ Commit string } `json:"head"`
+	}](c.h.t, res).Head.Commit
+	res = c.post("/projects/"+itoa(id)+"/code/edit", url.Values{"path": {path}, "content": {content},
+		"base": {head}, "message": {"edit " + path}}, jsonAccept)
 	if res.StatusCode != http.StatusCreated {
 		c.h.t.Fatalf("edit %s: %d %s", path, res.StatusCode, readBody(res))
 	}
@@ -145,7 +150,7 @@ func TestSubmitComposesOnCanonical(t *testing.T) {
 
 	// Canonical moves on another file meanwhile.
 	other := eve.editFile(id, "src/main.go", "package main\n\nfunc main() { println(2) }\n")
-	eve.approveAndRelease(id, other)
+	owner.approveAndRelease(id, other) // with two who may, not its author
 	moved := canonicalOf(t, h, id)
 	if moved == sess.BaseCommit {
 		t.Fatal("canonical did not move")
@@ -187,7 +192,7 @@ func TestSubmitComposesOnCanonical(t *testing.T) {
 	if res.StatusCode != http.StatusOK || decode[changeJSON](t, res).ChangeID != cid {
 		t.Fatalf("repeat submit: %d", res.StatusCode)
 	}
-	owner.approveAndRelease(id, cid)
+	eve.approveAndRelease(id, cid)
 	if got := gitIn(t, dir, "show", "main:README.md"); got != "# Owner's readme\n" {
 		t.Fatalf("canonical README %q", got)
 	}
@@ -197,7 +202,7 @@ func TestSubmitComposesOnCanonical(t *testing.T) {
 	owner.put(base2, "src/main.go", []byte("package main // mine\n"), nil)
 	owner.put(base2, "notes.txt", []byte("notes\n"), header{"If-None-Match": "*"})
 	clash := eve.editFile(id, "src/main.go", "package main // eve's\n")
-	eve.approveAndRelease(id, clash)
+	owner.approveAndRelease(id, clash)
 	res = owner.submit(base2, "")
 	p := expectProblem(t, res, http.StatusConflict, "stale_base")
 	_ = p
@@ -427,7 +432,7 @@ func TestCheckDecidesRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Rename(filepath.Join(dir, "objects.away"), filepath.Join(dir, "objects"))
-	doc := owner.page("/projects/" + itoa(id) + "/code?path=README.md")
+	doc := owner.page("/projects/" + itoa(id) + "/code?path=README.md&view=source")
 	if got := doc.Find(".highlight").Text(); !strings.Contains(got, "# good") {
 		t.Fatalf("the Code page shows %q", got)
 	}
@@ -455,20 +460,23 @@ func TestVerificationSurvivesRestart(t *testing.T) {
 	owner.put(base, "README.md", []byte("# restart\n"), nil)
 	cid := decode[changeJSON](t, owner.submit(base, "")).ChangeID
 	owner.waitChange(id, cid, models.ChangeVerifying)
-	time.Sleep(500 * time.Millisecond) // the check is running now
-	stop()                             // the server goes away mid-check
+	wait.For(t, wait.Long, "the check's command to run", func() bool {
+		for _, pid := range processesWith("sleep\x003") {
+			if fi, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil && fi.Sys().(*syscall.Stat_t).Uid == h.app.Runtime.CheckUID() {
+				return true
+			}
+		}
+		return false
+	})
+	stop() // the server goes away mid-check
 	<-done
 	if ch := owner.change(id, cid); ch.Status != models.ChangeVerifying || len(ch.Evidence) != 0 {
 		t.Fatalf("after the stop: %s with %d evidence", ch.Status, len(ch.Evidence))
 	}
 
-	// The next start: what was queued in memory is gone; the start finds
-	// the change in the database.
+	// The next start: nothing is kept in memory; the stop let go of the
+	// check's claim, and the verifier finds the change due in the database.
 	next := h.app.Changes
-	n, err := next.Resume(context.Background())
-	if err != nil || n != 1 {
-		t.Fatalf("resume queued %d: %v", n, err)
-	}
 	ctx, stop = context.WithCancel(context.Background())
 	done = make(chan struct{})
 	go func() { next.Run(ctx); close(done) }()
@@ -657,21 +665,6 @@ func TestReleaseIntoLocalFolder(t *testing.T) {
 	if st := gitIn(t, folder, "status", "--porcelain"); st != "" {
 		t.Fatalf("the folder is not clean after the release: %q", st)
 	}
-}
-
-// editFromPage does what a person does on the Code page: opens "Edit this
-// file", changes the text and saves it as a Change.
-func (c *client) editFromPage(id int64, path, content string) int64 {
-	c.h.t.Helper()
-	doc := c.page("/projects/" + itoa(id) + "/code/edit?path=" + url.QueryEscape(path))
-	base, _ := doc.Find(`input[name="base"]`).Attr("value")
-	eol, _ := doc.Find(`input[name="eol"]`).Attr("value")
-	res := c.post("/projects/"+itoa(id)+"/code/edit", url.Values{"path": {path}, "content": {content},
-		"base": {base}, "eol": {eol}, "message": {"edit " + path}}, jsonAccept)
-	if res.StatusCode != http.StatusCreated {
-		c.h.t.Fatalf("edit %s: %d %s", path, res.StatusCode, readBody(res))
-	}
-	return decode[changeJSON](c.h.t, res).ChangeID
 }
 
 // Deleting a project removes its workspace forks with its changes.

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"mime/multipart"
@@ -24,7 +25,8 @@ import (
 
 	"atelier/models"
 	"atelier/storage"
-	"atelier/storage/miniotest"
+	"atelier/testrig/miniotest"
+	"atelier/testrig/wait"
 )
 
 // entry is one member of a test archive.
@@ -79,16 +81,16 @@ func zipOf(t *testing.T, entries []entry) []byte {
 	return buf.Bytes()
 }
 
-// upload posts an archive to the project's import, as the form does.
+// upload posts an archive to the project's import, as the page's script
+// does: the token in the header.
 func (c *client) upload(id int64, filename string, archive []byte, hdr header) *http.Response {
 	c.h.t.Helper()
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
-	mw.WriteField("csrf_token", c.csrf)
 	fw, _ := mw.CreateFormFile("archive", filename)
 	fw.Write(archive)
 	mw.Close()
-	h := header{"Content-Type": mw.FormDataContentType()}
+	h := header{"Content-Type": mw.FormDataContentType(), "X-CSRF-Token": c.csrf}
 	for k, v := range hdr {
 		h[k] = v
 	}
@@ -416,6 +418,8 @@ func TestPublishPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer restarted.Bus.Close()
+	defer restarted.Events.Close()
 	if err := restarted.Projects.PublishPending(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -481,17 +485,13 @@ func TestPublishRetriedWhenObjectStoreReturns(t *testing.T) {
 	if err := minio.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	wait.ForNil(t, wait.Long, "every project to be published once MinIO came back", func() error {
 		ps, err := h.store.UnpublishedProjects(ctx)
-		if err == nil && len(ps) == 0 {
-			break
+		if err == nil && len(ps) != 0 {
+			err = fmt.Errorf("still unpublished: %+v", ps)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still unpublished 30 s after MinIO came back: %+v %v", ps, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
 	// What was recorded is really in the store.
 	commit := *c.project(id).CanonicalCommit
 	root, err := h.store.PublishedRoot(ctx, commit)

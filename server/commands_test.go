@@ -47,7 +47,7 @@ func needRoot(t *testing.T) {
 // commands see as /workspace.
 func hostCheckout(t *testing.T, h *harness, sessionID string) string {
 	t.Helper()
-	found, _ := filepath.Glob(filepath.Join(h.cfg.WorkspacesRoot, "*", "session-"+strings.TrimPrefix(sessionID, "edit_"), "checkout"))
+	found, _ := filepath.Glob(filepath.Join(h.cfg.SandboxDir(), sessionID, "checkout"))
 	if len(found) != 1 {
 		t.Fatalf("the checkout of %s on the host: %q", sessionID, found)
 	}
@@ -145,7 +145,7 @@ func TestCommandsAreConfined(t *testing.T) {
 	other.run(otherBase, "echo secret > mine.txt", "")
 
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(h.srv.URL, "http://"))
-	otherCheckout := filepath.Join(filepath.Dir(h.cfg.WorkspacesRoot), "workspaces", "edit-me", "session-"+strings.TrimPrefix(t2.ID, "edit_"), "checkout")
+	otherCheckout := filepath.Join(h.cfg.SandboxDir(), t2.ID, "checkout")
 	script := strings.Join([]string{
 		"env | sort",
 		"ls " + h.cfg.DataDir + " && echo DATA-LISTED",
@@ -167,7 +167,8 @@ func TestCommandsAreConfined(t *testing.T) {
 	for _, l := range envLines {
 		name, _, _ := strings.Cut(l, "=")
 		switch name {
-		case "HOME", "LANG", "PATH", "TERM", "PWD", "SHLVL", "_":
+		case "HOME", "LANG", "PATH", "TERM", "PWD", "SHLVL", "_",
+			"XDG_CACHE_HOME", "GOCACHE", "GOMODCACHE", "npm_config_cache", "PIP_CACHE_DIR": // the project's cache
 		default:
 			if strings.Contains(l, "=") {
 				t.Fatalf("unexpected variable %q in %q", l, out.Stdout)

@@ -3,8 +3,10 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -12,38 +14,77 @@ import (
 	"time"
 	"unicode"
 
+	"golang.org/x/sys/unix"
+
+	"atelier/code"
 	"atelier/editsession"
+	"atelier/events"
 	"atelier/meter"
 	"atelier/models"
 	"atelier/sandbox"
 	"atelier/storage"
-	"atelier/workspace"
+	"atelier/storage/codestore"
+	"atelier/workbench"
 )
 
 // Config is everything the operator can set, read once from the environment.
 type Config struct {
-	Addr           string // ATELIER_ADDR
-	DataDir        string // ATELIER_DATA, absolute
+	Addr    string // ATELIER_ADDR
+	DataDir string // ATELIER_DATA, absolute
+	// SandboxArea (ATELIER_SANDBOX_AREA, absolute; DataDir by default)
+	// holds what is this host's alone: sessions' folders, disks and
+	// caches, and the lock that makes this process the one instance of
+	// its place. Instances that share DataDir on one host need an area
+	// each.
+	SandboxArea string
+	// InternalURL (ATELIER_INTERNAL_URL, e.g. http://10.0.0.5:8080) is
+	// where other instances reach this one; ClusterSecret
+	// (ATELIER_CLUSTER_SECRET, at least 32 bytes) is shared by all of
+	// them. With both, a request about a session another instance runs is
+	// handed to it; without, it is refused with session_elsewhere.
+	InternalURL    string
+	ClusterSecret  string
 	DatabaseURL    string // DATABASE_URL; empty starts the embedded PostgreSQL
 	AdminPassword  string // ATELIER_ADMIN_PASSWORD, used once for the first admin
 	WorkspacesRoot string // PROJECT_WORKSPACES_ROOT, absolute
 	SecureCookies  bool   // ATELIER_SECURE_COOKIES: the site is served over TLS by a proxy
 	Pool           models.Pool
-	S3             storage.S3Config   // ATELIER_S3_*; empty Endpoint keeps objects in <data>/objects
-	MaxImportBytes int64              // ATELIER_IMPORT_MAX_BYTES: largest archive an import accepts
-	Sessions       editsession.Config // CODE_SESSION_IDLE_MS, CODE_SESSION_MAX_MS
-	Sandbox        sandbox.Config     // ATELIER_SANDBOX_UID_BASE, _UID_COUNT, _ALLOW_CIDRS, _RO_PATHS, _PATH
-	SandboxCap     int64              // SANDBOX_MONTHLY_SECONDS: each project's default monthly cap
-	LocalRoots     []string           // ATELIER_LOCAL_ROOTS: where everyone but site admins may make Local projects
-	// InContainer says the server runs in a container, detected at load;
-	// the hints for a folder it cannot see speak of mounts only then.
+	S3             storage.S3Config // ATELIER_S3_*; empty Endpoint keeps objects in <data>/objects
+	MaxImportBytes int64            // ATELIER_IMPORT_MAX_BYTES: largest archive an import accepts
+	// MaxExpandedBytes (ATELIER_IMPORT_MAX_EXPANDED_BYTES) bounds what one
+	// archive unpacks to.
+	MaxExpandedBytes int64
+	Sessions         editsession.Config // CODE_SESSION_IDLE_MS, CODE_SESSION_MAX_MS
+	Sandbox          sandbox.Config     // ATELIER_SANDBOX_UID_BASE, _UID_COUNT, _ALLOW_CIDRS, _RO_PATHS, _PATH
+	SandboxCap       int64              // SANDBOX_MONTHLY_SECONDS: each project's default monthly cap
+	LocalRoots       []string           // ATELIER_LOCAL_ROOTS: where everyone but site admins may make Local projects
+	// InContainer (ATELIER_IN_CONTAINER, set by Atelier's image) says the
+	// server runs in Atelier's container, which sees only what compose.yaml
+	// mounts into it: the hints for a folder it cannot see or write speak
+	// of mounts there only then, and otherwise of the server's own file
+	// system. Being in some container is not enough: a server started by
+	// hand in a development container sees that container's files as its
+	// own, and has no compose.yaml of Atelier's to change.
 	InContainer bool
 	// SandboxMaxRunning (ATELIER_SANDBOX_MAX_RUNNING) bounds the commands
 	// this instance runs at once; SandboxDiskBytes
-	// (ATELIER_SANDBOX_DISK_BYTES) each session's disk, 0 for none.
-	// ATELIER_SANDBOX_MEMORY_TOTAL is Sandbox.MaxMemoryTotal.
+	// (ATELIER_SANDBOX_DISK_BYTES) each session's disk, 0 for none;
+	// SandboxDiskTotal (ATELIER_SANDBOX_DISK_TOTAL) all sessions' disks
+	// together, by default half the space free at start where they live.
+	// ATELIER_SANDBOX_MEMORY_TOTAL is Sandbox.MaxMemoryTotal;
+	// ATELIER_MAX_SESSIONS_PER_USER is Sessions.MaxPerUser.
 	SandboxMaxRunning int
 	SandboxDiskBytes  int64
+	SandboxDiskTotal  int64
+	// SandboxCacheBytes (ATELIER_SANDBOX_CACHE_BYTES) bounds each
+	// project's cache, 0 for none; SandboxCacheTotal
+	// (ATELIER_SANDBOX_CACHE_TOTAL) all of them on this host, by default a
+	// quarter of the space free at start where they live.
+	SandboxCacheBytes int64
+	SandboxCacheTotal int64
+	// SandboxCaptureBudget (ATELIER_SANDBOX_CAPTURE_MS) is how long the
+	// capture after a command looks at its checkout.
+	SandboxCaptureBudget time.Duration
 
 	// Connections and bodies (see conns.go). TrustedProxies
 	// (ATELIER_TRUSTED_PROXIES) are the proxies whose X-Forwarded-For is
@@ -57,15 +98,31 @@ type Config struct {
 
 	ImportsMax     int // ATELIER_IMPORTS_MAX: imports running at once on the instance
 	ImportsPerHour int // ATELIER_IMPORTS_PER_HOUR: imports one person may start in an hour
-	MaxProjects    int // ATELIER_MAX_PROJECTS_PER_USER: projects one person may own
+	MaxProjects    int // ATELIER_MAX_PROJECTS_PER_USER: projects one person may create (and keep)
 
 	// ImportAllowNetworks (ATELIER_IMPORT_ALLOW_CIDRS) are internal networks
 	// git sources of people other than site admins may still come from.
 	ImportAllowNetworks []netip.Prefix
 
+	// MaxProjectBytes (ATELIER_PROJECT_MAX_BYTES) bounds a project's code:
+	// the files of its canonical tree, each path counted.
+	MaxProjectBytes int64
+	// CollectGrace (ATELIER_COLLECT_GRACE_MS) is how long an object no live
+	// tree needs stays before the collector deletes it, and the longest a
+	// publish may take; the same on every instance of one database.
+	CollectGrace time.Duration
+
 	// MetricsToken (ATELIER_METRICS_TOKEN) lets a scraper read /metrics
 	// with "Authorization: Bearer <token>"; empty: only site admins can.
 	MetricsToken string
+
+	// Events are the live bus's timings and bounds: no setting, the
+	// defaults hold; tests shorten them.
+	Events events.Config
+	// LoopsGrace bounds how long a shutdown waits for the background loops
+	// once their context ends: no setting, loopsGrace when zero; tests
+	// shorten it.
+	LoopsGrace time.Duration
 }
 
 // LoadConfig reads the configuration through getenv (os.Getenv in main).
@@ -75,11 +132,24 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		DatabaseURL:   getenv("DATABASE_URL"),
 		AdminPassword: getenv("ATELIER_ADMIN_PASSWORD"),
 		Pool:          models.DefaultPool,
-		InContainer:   workspace.InContainer(),
 	}
 	var err error
 	if cfg.DataDir, err = filepath.Abs(or(getenv("ATELIER_DATA"), "data")); err != nil {
 		return cfg, fmt.Errorf("config: ATELIER_DATA: %w", err)
+	}
+	if cfg.SandboxArea, err = filepath.Abs(or(getenv("ATELIER_SANDBOX_AREA"), cfg.DataDir)); err != nil {
+		return cfg, fmt.Errorf("config: ATELIER_SANDBOX_AREA: %w", err)
+	}
+	cfg.InternalURL, cfg.ClusterSecret = getenv("ATELIER_INTERNAL_URL"), getenv("ATELIER_CLUSTER_SECRET")
+	if cfg.InternalURL != "" {
+		if u, err := url.Parse(cfg.InternalURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			return cfg, fmt.Errorf("config: ATELIER_INTERNAL_URL must be http(s)://host:port, got %q", cfg.InternalURL)
+		}
+		cfg.InternalURL = strings.TrimSuffix(cfg.InternalURL, "/")
+	}
+	if cfg.ClusterSecret != "" && len(cfg.ClusterSecret) < 32 {
+		return cfg, fmt.Errorf("config: ATELIER_CLUSTER_SECRET must be at least 32 bytes (e.g. openssl rand -hex 32)")
 	}
 	root := getenv("PROJECT_WORKSPACES_ROOT")
 	if root == "" {
@@ -89,6 +159,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		return cfg, fmt.Errorf("config: PROJECT_WORKSPACES_ROOT must be an absolute path, got %q", root)
 	}
 	cfg.WorkspacesRoot = filepath.Clean(root)
+	if v := getenv("ATELIER_IN_CONTAINER"); v != "" {
+		if cfg.InContainer, err = strconv.ParseBool(v); err != nil {
+			return cfg, fmt.Errorf("config: ATELIER_IN_CONTAINER: %w", err)
+		}
+	}
 	if v := getenv("ATELIER_SECURE_COOKIES"); v != "" {
 		if cfg.SecureCookies, err = strconv.ParseBool(v); err != nil {
 			return cfg, fmt.Errorf("config: ATELIER_SECURE_COOKIES: %w", err)
@@ -113,6 +188,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return cfg, fmt.Errorf("config: ATELIER_S3_SECURE: %w", err)
 		}
 	}
+	// Several instances share what one keeps in its own folder when
+	// alone: the database and the code trees.
+	if cfg.ClusterSecret != "" && (cfg.DatabaseURL == "" || cfg.S3.Endpoint == "") {
+		return cfg, fmt.Errorf("config: ATELIER_CLUSTER_SECRET runs several instances, which need a shared PostgreSQL (DATABASE_URL) and an S3 store (ATELIER_S3_ENDPOINT); set both, or unset the secret for one instance")
+	}
 	cfg.MaxImportBytes = 100 << 20
 	if v := getenv("ATELIER_IMPORT_MAX_BYTES"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -120,6 +200,30 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return cfg, fmt.Errorf("config: ATELIER_IMPORT_MAX_BYTES must be a number of bytes (at least 1024), got %q", v)
 		}
 		cfg.MaxImportBytes = n
+	}
+	cfg.MaxExpandedBytes = code.DefaultMaxExpandedBytes
+	if v := getenv("ATELIER_IMPORT_MAX_EXPANDED_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1<<20 {
+			return cfg, fmt.Errorf("config: ATELIER_IMPORT_MAX_EXPANDED_BYTES must be a number of bytes (at least 1048576), got %q", v)
+		}
+		cfg.MaxExpandedBytes = n
+	}
+	cfg.MaxProjectBytes = codestore.DefaultMaxProjectBytes
+	if v := getenv("ATELIER_PROJECT_MAX_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1<<20 {
+			return cfg, fmt.Errorf("config: ATELIER_PROJECT_MAX_BYTES must be a number of bytes (at least 1 MiB, 1048576), got %q", v)
+		}
+		cfg.MaxProjectBytes = n
+	}
+	cfg.CollectGrace = codestore.DefaultGrace
+	if v := getenv("ATELIER_COLLECT_GRACE_MS"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 1000 {
+			return cfg, fmt.Errorf("config: ATELIER_COLLECT_GRACE_MS must be a number of milliseconds (at least 1000), got %q", v)
+		}
+		cfg.CollectGrace = time.Duration(ms) * time.Millisecond
 	}
 	if cfg.ImportAllowNetworks, err = networks(getenv, "ATELIER_IMPORT_ALLOW_CIDRS"); err != nil {
 		return cfg, err
@@ -130,7 +234,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	}
 	cfg.SandboxCap = meter.DefaultCap
 	cfg.SandboxMaxRunning = 2 * runtime.NumCPU()
-	cfg.SandboxDiskBytes = editsession.DefaultDiskBytes
+	cfg.SandboxDiskBytes = sandbox.DefaultDiskBytes
 	if v := getenv("ATELIER_SANDBOX_MAX_RUNNING"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -144,6 +248,30 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return cfg, fmt.Errorf("config: ATELIER_SANDBOX_DISK_BYTES must be a number of bytes (at least %d, or 0 for no bound), got %q", sandbox.MinDiskBytes, v)
 		}
 		cfg.SandboxDiskBytes = n
+	}
+	cfg.SandboxCacheBytes = sandbox.DefaultCacheBytes
+	if v := getenv("ATELIER_SANDBOX_CACHE_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || (n != 0 && n < sandbox.MinDiskBytes) {
+			return cfg, fmt.Errorf("config: ATELIER_SANDBOX_CACHE_BYTES must be a number of bytes (at least %d, or 0 for no project caches), got %q", sandbox.MinDiskBytes, v)
+		}
+		cfg.SandboxCacheBytes = n
+	}
+	if cfg.SandboxCacheBytes > 0 {
+		if cfg.SandboxCacheTotal, err = cacheTotal(getenv("ATELIER_SANDBOX_CACHE_TOTAL"), cfg.SandboxCacheBytes, cfg.SandboxCacheDir()); err != nil {
+			return cfg, err
+		}
+	}
+	if cfg.SandboxDiskTotal, err = diskTotal(getenv("ATELIER_SANDBOX_DISK_TOTAL"), cfg.SandboxDiskBytes, cfg.SandboxDiskDir()); err != nil {
+		return cfg, err
+	}
+	cfg.SandboxCaptureBudget = workbench.DefaultCaptureBudget
+	if v := getenv("ATELIER_SANDBOX_CAPTURE_MS"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 100 || n > 600_000 {
+			return cfg, fmt.Errorf("config: ATELIER_SANDBOX_CAPTURE_MS must be a number of milliseconds from 100 to 600000, got %q", v)
+		}
+		cfg.SandboxCaptureBudget = time.Duration(n) * time.Millisecond
 	}
 	if v := getenv("ATELIER_SANDBOX_MEMORY_TOTAL"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -201,6 +329,11 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		return cfg, err
 	}
 	cfg.Sessions = editsession.DefaultConfig
+	if v := getenv("ATELIER_MAX_SESSIONS_PER_USER"); v != "" {
+		if cfg.Sessions.MaxPerUser, err = strconv.Atoi(v); err != nil || cfg.Sessions.MaxPerUser < 1 {
+			return cfg, fmt.Errorf("config: ATELIER_MAX_SESSIONS_PER_USER must be a whole number of at least 1, got %q", v)
+		}
+	}
 	for name, d := range map[string]*time.Duration{"CODE_SESSION_IDLE_MS": &cfg.Sessions.Idle, "CODE_SESSION_MAX_MS": &cfg.Sessions.MaxAge} {
 		if v := getenv(name); v != "" {
 			ms, err := strconv.ParseInt(v, 10, 64)
@@ -214,6 +347,54 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// diskShare divides the space free where sessions' disks live into what
+// they may take together unless ATELIER_SANDBOX_DISK_TOTAL says: half
+// leaves the database, the repositories and the logs that share the file
+// system room to grow. On a host with 71 GiB free that is 35.5 GiB, 17
+// sessions of 2 GiB.
+const diskShare = 2
+
+// cacheShare is the same for projects' caches
+// (ATELIER_SANDBOX_CACHE_TOTAL): a quarter, so that with the sessions'
+// half a quarter of what was free stays free.
+const cacheShare = 4
+
+// diskTotal reads ATELIER_SANDBOX_DISK_TOTAL: a number of bytes, at least
+// one session's disk of each bytes (a smaller total would refuse every
+// session), or 0 for no bound. Unset, it is 1/diskShare of what the file
+// system holding area (or its nearest existing parent) has free now, at
+// start: a figure that does not move while sessions fill their disks.
+func diskTotal(v string, each int64, area string) (int64, error) {
+	return spaceTotal("ATELIER_SANDBOX_DISK_TOTAL", "one session's disk", v, each, area, diskShare)
+}
+
+// cacheTotal reads ATELIER_SANDBOX_CACHE_TOTAL as diskTotal reads its
+// variable, for projects' caches of each bytes.
+func cacheTotal(v string, each int64, area string) (int64, error) {
+	return spaceTotal("ATELIER_SANDBOX_CACHE_TOTAL", "one project's cache", v, each, area, cacheShare)
+}
+
+func spaceTotal(name, one, v string, each int64, area string, share int64) (int64, error) {
+	if v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || (n != 0 && n < each) {
+			return 0, fmt.Errorf("config: %s must be a number of bytes (at least %s, %d, or 0 for no bound), got %q", name, one, each, v)
+		}
+		return n, nil
+	}
+	for {
+		var st unix.Statfs_t
+		err := unix.Statfs(area, &st)
+		if err == nil {
+			return int64(st.Bavail) * st.Bsize / share, nil
+		}
+		if !errors.Is(err, unix.ENOENT) || area == filepath.Dir(area) {
+			return 0, fmt.Errorf("config: the free space for %s at %s: %w", name, area, err)
+		}
+		area = filepath.Dir(area)
+	}
 }
 
 // minMetricsToken is the shortest metrics token accepted: 16 random
@@ -278,12 +459,33 @@ func (c Config) GitDir() string { return filepath.Join(c.DataDir, "git") }
 // ObjectsDir is the local object store, used when no S3 endpoint is set.
 func (c Config) ObjectsDir() string { return filepath.Join(c.DataDir, "objects") }
 
-// SandboxDir holds the execution areas of Local projects (a Container
-// project's is its managed folder).
-func (c Config) SandboxDir() string { return filepath.Join(c.DataDir, "sandboxes") }
+// SandboxDir holds sessions' folders.
+func (c Config) SandboxDir() string { return filepath.Join(c.SandboxArea, "sandboxes") }
+
+// UploadDir is where uploaded archives wait for their import, in files
+// with no name: the data's disk, which the operator sized, rather than a
+// /tmp that may be memory.
+func (c Config) UploadDir() string { return filepath.Join(c.DataDir, "uploads") }
 
 // SandboxDiskDir holds the images of sessions' disks.
-func (c Config) SandboxDiskDir() string { return filepath.Join(c.DataDir, "sandbox-disks") }
+func (c Config) SandboxDiskDir() string { return filepath.Join(c.SandboxArea, "sandbox-disks") }
+
+// SandboxCacheDir holds projects' caches, their images and where they are
+// mounted.
+func (c Config) SandboxCacheDir() string { return filepath.Join(c.SandboxArea, "sandbox-caches") }
+
+// forwardAddress is where other instances hand this one requests: its
+// InternalURL when the instances share a secret, else "" (nowhere).
+func (c Config) forwardAddress() string {
+	if c.ClusterSecret == "" {
+		return ""
+	}
+	return c.InternalURL
+}
+
+// InstanceLock is the file whose lock this process holds as the one
+// instance of its sandbox area.
+func (c Config) InstanceLock() string { return filepath.Join(c.SandboxArea, "instance.lock") }
 
 func or(v, fallback string) string {
 	if v == "" {

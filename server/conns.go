@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Connection and body bounds. A connection costs a descriptor and a
@@ -266,7 +269,34 @@ func newHTTPServer(cfg Config, h http.Handler) *http.Server {
 		Handler:           paceBodies(h, cfg.BodyGrace, cfg.BodyMinRate),
 		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       idleTimeout,
+		ConnContext:       connContext,
 	}
+}
+
+// unsentBytes bounds what the kernel holds of a response that the client
+// has made no room for yet (TCP_NOTSENT_LOWAT): a write waits while more
+// than this is queued unsent. Left to itself the kernel grows a
+// connection's send buffer to 4 MiB, so a client that never reads an
+// event stream held that much of the server's memory, and a write blocked
+// (and its deadline could end the stream) only after megabytes of events.
+// A reader that keeps up is not slowed: what is in flight is not counted.
+const unsentBytes = 16 << 10
+
+// connContext prepares each connection as net/http starts serving it.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if cc, ok := c.(*countedConn); ok {
+		c = cc.Conn
+	}
+	if sc, ok := c.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			raw.Control(func(fd uintptr) {
+				// Best effort: without it streams are still bounded by
+				// their queues and write deadlines, only later.
+				_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, unsentBytes)
+			})
+		}
+	}
+	return ctx
 }
 
 // listen opens cfg.Addr with the connection bounds. The total is what the

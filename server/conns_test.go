@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"atelier/testrig/wait"
 )
 
 // serveThroughRun serves h's app with the listener and http.Server that Run
@@ -108,13 +110,12 @@ func TestConnPerAddressBound(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for ln.openFrom(attacker) != 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := ln.openFrom(attacker); n != 0 {
-		t.Fatalf("%d places still taken after the connections closed", n)
-	}
+	wait.ForNil(t, wait.Short, "the closed connections' places to be free", func() error {
+		if n := ln.openFrom(attacker); n != 0 {
+			return fmt.Errorf("%d still taken", n)
+		}
+		return nil
+	})
 	healthzFrom(t, h.srv.URL, "127.0.0.1")
 }
 
@@ -198,7 +199,7 @@ func TestConnSlowHonestBodyFits(t *testing.T) {
 	body, w := io.Pipe()
 	go func() {
 		for range size / chunk {
-			time.Sleep(125 * time.Millisecond)
+			time.Sleep(125 * time.Millisecond) // not a wait: the slow client itself
 			w.Write(make([]byte, chunk))
 		}
 		w.Close()
@@ -375,4 +376,51 @@ func TestAcceptPacerSpendsABurstThenPaces(t *testing.T) {
 	}
 	var none *acceptPacer
 	none.wait() // unpaced: ATELIER_ACCEPT_RATE=0
+}
+
+// A client that never reads gets little of a response before the server's
+// writes wait: the kernel holds at most unsentBytes unsent for it, beyond
+// what the client's own window takes, where it would otherwise grow a
+// send buffer of megabytes. So a stalled reader is found, and costs the
+// server, in KiB.
+func TestConnUnreadResponseHoldsLittle(t *testing.T) {
+	cfg := Config{Addr: "127.0.0.1:0", MaxConnsPerAddr: 8}
+	ln, err := listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := make(chan int, 1)
+	srv := newHTTPServer(cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		w.WriteHeader(http.StatusOK)
+		chunk, n := make([]byte, 4<<10), 0
+		for {
+			rc.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+			if _, err := w.Write(chunk); err != nil {
+				break
+			}
+			if err := rc.Flush(); err != nil {
+				break
+			}
+			n += len(chunk)
+		}
+		taken <- n
+	}))
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
+	select {
+	case n := <-taken:
+		t.Logf("the server wrote %d KiB before its writes waited", n>>10)
+		if n > 1<<20 {
+			t.Fatalf("the server wrote %d KiB to a client that reads nothing", n>>10)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server's writes never waited")
+	}
 }

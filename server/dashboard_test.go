@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,12 +22,14 @@ import (
 	"atelier/limits"
 	"atelier/meter"
 	"atelier/models"
+	"atelier/testrig/wait"
 )
 
 // dashboardURLs are every URL of the dashboard, with what each changes.
 var dashboardURLs = []struct{ method, path string }{
 	{http.MethodGet, "/admin"},
 	{http.MethodGet, "/admin?part=meters"},
+	{http.MethodGet, "/admin?part=storage"},
 	{http.MethodGet, "/admin/meters"},
 	{http.MethodGet, "/admin/meters.csv"},
 	{http.MethodGet, "/admin/sessions"},
@@ -380,7 +383,7 @@ func TestDashboardManyTabs(t *testing.T) {
 		}
 		streams = append(streams, s)
 	}
-	waitFor(t, 5*time.Second, "every tab to be following", func() bool { return h.app.Events.Followers() == tabs })
+	wait.For(t, wait.Short, "every tab to be following", func() bool { return h.app.Events.Followers() == tabs })
 
 	changes := 0
 	deadline := time.Now().Add(soak(t))
@@ -390,10 +393,14 @@ func TestDashboardManyTabs(t *testing.T) {
 			t.Fatal(err)
 		}
 		changes++
-		time.Sleep(250 * time.Millisecond) // past the hints' gathering, so each change is its own hint
+		// Every tab has this change's hint before the next change, so
+		// each change is its own hint rather than gathered with the next.
+		wait.For(t, wait.Short, fmt.Sprintf("every tab to get hint %d", changes), func() bool {
+			return !slices.ContainsFunc(streams, func(s *dashboardStream) bool { return s.count(events.TopicMeters) < changes })
+		})
 	}
 	most := 0
-	waitFor(t, 3*time.Second, "every tab to get every hint", func() bool {
+	wait.For(t, wait.Short, "every tab to get every hint", func() bool {
 		most = 0
 		for _, s := range streams {
 			most = max(most, s.count(events.TopicMeters))
@@ -412,10 +419,10 @@ func TestDashboardManyTabs(t *testing.T) {
 		<-s.done
 	}
 	tr.CloseIdleConnections()
-	waitFor(t, 10*time.Second, "the server to let go of every tab", func() bool { return h.app.Events.Followers() == 0 })
+	wait.For(t, wait.Long, "the server to let go of every tab", func() bool { return h.app.Events.Followers() == 0 })
 	var goroutines int
 	var heap uint64
-	waitFor(t, 10*time.Second, "goroutines and memory to return to their level", func() bool {
+	wait.For(t, wait.Long, "goroutines and memory to return to their level", func() bool {
 		goroutines, heap = settle()
 		return goroutines <= goroutines0+2 && heap <= heap0+4<<20
 	})
@@ -500,7 +507,7 @@ func TestDashboardEndsSessionEverywhere(t *testing.T) {
 	if lease, err := h.store.TerminalByID(t.Context(), term.ID); err != nil || lease.State != models.TerminalClosed {
 		t.Errorf("lease after the end: %+v %v", lease, err)
 	}
-	waitFor(t, 10*time.Second, "the shell's time to settle", func() bool {
+	wait.For(t, wait.Long, "the shell's time to settle", func() bool {
 		u := usageOf(t, h, id)
 		return u.Reserved == 0 && u.Used > h.cfg.SandboxCap*96/100 // the shell's charge added
 	})
@@ -512,7 +519,7 @@ func TestDashboardEndsSessionEverywhere(t *testing.T) {
 	if evs[0].ActorID == nil || *evs[0].ActorID != rootUser.ID {
 		t.Errorf("the event's actor is %v, want the admin %d", evs[0].ActorID, rootUser.ID)
 	}
-	if feed := root.fragment("/admin?part=feed").Find(`li[data-type="code.session.closed"]`).Text(); !strings.Contains(feed, "root") || !strings.Contains(feed, "ended by a site admin") {
+	if feed := root.fragment("/admin?part=feed").Find(`li[data-type="code.session.closed"]`).Text(); !strings.Contains(feed, "root ended") || !strings.Contains(feed, "edit session as a site admin") {
 		t.Errorf("the feed reads %q", feed)
 	}
 	if n := len(decode[[]sessionRow](t, root.get("/admin/sessions", jsonAccept))); n != 0 {
@@ -543,7 +550,7 @@ func TestDashboardClosesShell(t *testing.T) {
 	if frag.Find("#shell-"+term.ID).Length() != 0 {
 		t.Errorf("the refreshed list still shows the closed shell")
 	}
-	waitFor(t, 10*time.Second, "the shell's time to settle", func() bool { return usageOf(t, h, id).Reserved == 0 })
+	wait.For(t, wait.Long, "the shell's time to settle", func() bool { return usageOf(t, h, id).Reserved == 0 })
 	if cs, _ := h.store.SessionByID(t.Context(), s.ID); cs.State != models.SessionOpen {
 		t.Errorf("closing a shell ended the session: %s", cs.State)
 	}
@@ -596,7 +603,7 @@ func TestDashboardShowsWaitingChanges(t *testing.T) {
 
 	cid := owner.editFile(id, "README.md", "# Waiting\n")
 	owner.waitChange(id, cid, models.ChangeComposed)
-	waitFor(t, 3*time.Second, "a changes hint after the submit", func() bool { return live.count(events.TopicChanges) > 0 })
+	wait.For(t, wait.Short, "a changes hint after the submit", func() bool { return live.count(events.TopicChanges) > 0 })
 	part := readBody(root.get("/admin?part=changes", nil))
 	row := fmt.Sprintf(`data-change="%d" data-status="composed"`, cid)
 	if !strings.Contains(part, row) || !strings.Contains(part, "for an owner's approval") || !strings.Contains(part, "edit README.md") {
@@ -605,7 +612,7 @@ func TestDashboardShowsWaitingChanges(t *testing.T) {
 
 	before := live.count(events.TopicChanges)
 	owner.approveAndRelease(id, cid)
-	waitFor(t, 3*time.Second, "a changes hint after the release", func() bool { return live.count(events.TopicChanges) > before })
+	wait.For(t, wait.Short, "a changes hint after the release", func() bool { return live.count(events.TopicChanges) > before })
 	if part := readBody(root.get("/admin?part=changes", nil)); strings.Contains(part, fmt.Sprintf(`data-change="%d"`, cid)) {
 		t.Fatalf("a released change still waits on the dashboard:\n%s", part)
 	}

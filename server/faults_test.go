@@ -11,6 +11,7 @@ import (
 	"atelier/migrations"
 	"atelier/models"
 	"atelier/pgembed"
+	"atelier/testrig/wait"
 )
 
 // PostgreSQL stopped under a running server: requests fail at once with
@@ -73,15 +74,11 @@ func TestDatabaseRestart(t *testing.T) {
 	cluster = start()
 	t.Cleanup(func() { cluster.Stop(context.Background()) })
 	var got string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.Until(wait.Long, func() bool {
 		var status int
 		got, _, status = owner.read(base, "kept.txt")
-		if status == http.StatusOK || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return status == http.StatusOK
+	})
 	if got != "saved before\r\n" {
 		t.Fatalf("the saved edit after the restart: %q", got)
 	}

@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -18,11 +20,12 @@ import (
 	"time"
 
 	"github.com/PuerkitoBio/goquery"
+	"golang.org/x/sys/unix"
 
-	"atelier/internal/dbtest"
 	"atelier/models"
-	"atelier/pgembed/pgtest"
 	"atelier/sandbox"
+	"atelier/testrig/dbtest"
+	"atelier/testrig/pgtest"
 )
 
 func TestMain(m *testing.M) {
@@ -62,6 +65,29 @@ func (c *clock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
+// uidBlock is a block of a million sessions' uids for one harness, away
+// from the sandbox package's tests. The block is held by a lock on a file
+// while the test runs, so the server tests' binaries that test.sh runs
+// side by side never hand out one uid twice.
+func uidBlock(t *testing.T) uint32 {
+	t.Helper()
+	for range 1000 {
+		n := rand.N(250)
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("atelier-test-uids-%d.lock", n)), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			continue
+		}
+		t.Cleanup(func() { f.Close() })
+		return 4_000_000_000 + uint32(n)*1_000_000
+	}
+	t.Fatal("no block of sessions' uids is free")
+	return 0
+}
+
 func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	t.Helper()
 	store, statements := dbtest.CountedStore(t)
@@ -89,9 +115,7 @@ func newHarnessOn(t *testing.T, store *models.Store, statements *dbtest.Statemen
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Sessions' uids: a block of their own per harness, away from the
-	// sandbox package's tests, so parallel test binaries never meet.
-	cfg.Sandbox.UIDBase = 4_000_000_000 + uint32(rand.N(250))*1_000_000
+	cfg.Sandbox.UIDBase = uidBlock(t)
 	cfg.Sandbox.UIDCount = 1_000_000
 	for _, f := range tweak {
 		f(&cfg)
@@ -114,23 +138,42 @@ func newHarnessOn(t *testing.T, store *models.Store, statements *dbtest.Statemen
 		// Every line at every level, for tests of what the server logs.
 		slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}),
 	))
+	// The listener comes first: other instances in a test reach this one
+	// at its address (Config.InternalURL).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.InternalURL = "http://" + ln.Addr().String()
 	clk := &clock{now: time.Now()}
 	app, err := New(context.Background(), cfg, store, log, clk.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Sessions' disks stay mounted while their sessions are open, as in a
-	// server that stops; the next start would clean them. Last, once
-	// nothing of the server runs.
+	// What a test left mounted that the App's Close did not take down (a
+	// check's disk, say), as the next start would. Last, once nothing of
+	// the server runs.
 	t.Cleanup(func() {
 		if err := sandbox.CleanDisks(cfg.SandboxDiskDir()); err != nil {
 			t.Error(err)
 		}
+		if err := sandbox.CleanCaches(cfg.SandboxCacheDir()); err != nil {
+			t.Error(err)
+		}
 	})
-	srv := httptest.NewServer(app.Handler)
+	// Connections are prepared as the real server prepares them.
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: app.Handler, ConnContext: connContext}}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	t.Cleanup(app.Events.Close)
-	t.Cleanup(func() { app.Terminals.Close(); app.Shells.Wait(); app.Sandbox.Close() })
+	// A clean shutdown, as Run's: sessions' processes, overlays and disks go.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := app.Close(ctx); err != nil {
+			t.Errorf("closing the app: %v", err)
+		}
+	})
 	return &harness{t: t, cfg: cfg, store: store, app: app, srv: srv, clock: clk, logs: logs, statements: statements}
 }
 

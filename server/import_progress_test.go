@@ -48,12 +48,11 @@ func watchImport(t *testing.T, c *client, id int64, name string, archive []byte)
 	t.Helper()
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
-	mw.WriteField("csrf_token", c.csrf)
 	fw, _ := mw.CreateFormFile("archive", name)
 	fw.Write(archive)
 	mw.Close()
 	res := c.do(http.MethodPost, "/projects/"+itoa(id)+"/import", &body,
-		header{"Content-Type": mw.FormDataContentType(), "Accept": "application/x-ndjson, application/json"})
+		header{"Content-Type": mw.FormDataContentType(), "Accept": "application/x-ndjson, application/json", "X-CSRF-Token": c.csrf})
 	defer res.Body.Close()
 	var lines []importLine
 	if res.StatusCode != http.StatusOK {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"os"
@@ -14,10 +15,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"atelier/internal/githttptest"
+	"atelier/testrig/githttptest"
 )
 
 // sourceRepos makes a folder with one bare repository, repo.git, holding
@@ -301,5 +303,95 @@ func TestImportAllowCIDRsConfig(t *testing.T) {
 		if _, err := LoadConfig(env(bad)); err == nil || !strings.Contains(err.Error(), "ATELIER_IMPORT_ALLOW_CIDRS") {
 			t.Errorf("ATELIER_IMPORT_ALLOW_CIDRS=%q: %v", bad, err)
 		}
+	}
+}
+
+// A source git cannot fetch is refused with what git said, to the person
+// and in the log, so a missing repository reads as one.
+func TestImportSourceFailureSaysWhy(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ImportAllowNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} })
+	plain := h.user("plain", false)
+	id := plain.createProject("mine")
+	srv := githttptest.New(t, sourceRepos(t), "", "")
+	source := srv.URL + "/missing.git"
+	p := expectProblem(t, plain.post("/projects/"+itoa(id)+"/import", url.Values{"source": {source}}, jsonAccept),
+		http.StatusBadGateway, "source_failed")
+	said := "repository '" + source + "/' not found"
+	if !strings.Contains(p.Error, "Git said: fatal: "+said) {
+		t.Errorf("the refusal does not say what git said: %q", p.Error)
+	}
+	if srv.Requests() == 0 {
+		t.Fatal("the git server was never asked")
+	}
+	// The form's stream says it too.
+	res := plain.post("/projects/"+itoa(id)+"/import", url.Values{"source": {source}}, header{"Accept": "application/x-ndjson"})
+	if body := readBody(res); !strings.Contains(body, said) {
+		t.Errorf("the import's stream: %d %s", res.StatusCode, body)
+	}
+	var line string
+	for _, l := range strings.Split(h.logs.String(), "\n") {
+		if strings.Contains(l, "import fetch failed") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "exit=128") || !strings.Contains(line, said) {
+		t.Errorf("the log's line: %q", line)
+	}
+}
+
+// What git says of a failed fetch never holds the source's credentials,
+// though the host quotes them back: they are starred out in the answer and
+// the log, and a short one withholds git's words.
+func TestImportSourceFailureKeepsCredentials(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ImportAllowNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} })
+	plain := h.user("plain", false)
+	id := plain.createProject("mine")
+	b := make([]byte, 12)
+	rand.Read(b)
+	secret := "S3CR3T" + hex.EncodeToString(b)
+	// A host that asks for credentials and quotes what it was sent in its
+	// refusal, which git relays as "remote:" lines.
+	var quoted atomic.Int64
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, password, ok := r.BasicAuth()
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		quoted.Add(1)
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, "the token "+password+" of "+user+" may not read this repository\n")
+	}))
+	t.Cleanup(echo.Close)
+	host := strings.TrimPrefix(echo.URL, "http://")
+	for _, c := range []struct {
+		name, source, hidden string
+		says                 bool
+	}{
+		{"a token as the password", "http://deploy-bot:" + secret + "@" + host + "/repo.git", secret, true},
+		{"a token as the user name", "http://" + secret + "@" + host + "/repo.git", secret, true},
+		{"a token spelled with escapes", "http://deploy-bot:%53" + secret[1:] + "@" + host + "/repo.git", secret, true},
+		{"a short password", "http://deploy-bot:pw12@" + host + "/repo.git", "pw12", false},
+	} {
+		before := quoted.Load()
+		p := expectProblem(t, plain.post("/projects/"+itoa(id)+"/import", url.Values{"source": {c.source}}, jsonAccept),
+			http.StatusBadGateway, "source_failed")
+		if quoted.Load() == before {
+			t.Fatalf("%s: the host never saw the credentials", c.name)
+		}
+		if strings.Contains(p.Error, c.hidden) || strings.Contains(h.logs.String(), c.hidden) {
+			t.Errorf("%s: the answer or the log holds the credentials: %q", c.name, p.Error)
+		}
+		if says := strings.Contains(p.Error, "may not read this repository"); says != c.says {
+			t.Errorf("%s: git's words shown %v, want %v: %q", c.name, says, c.says, p.Error)
+		}
+		if c.says && !strings.Contains(p.Error, "***") {
+			t.Errorf("%s: the credentials are not starred out: %q", c.name, p.Error)
+		}
+	}
+	if !strings.Contains(h.logs.String(), "the token *** of *** may not read this repository") {
+		t.Errorf("the log lacks git's words:\n%s", h.logs.String())
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"atelier/sandbox"
+	"atelier/testrig/wait"
 )
 
 // processesWith lists the pids of live processes whose command line holds
@@ -32,15 +34,6 @@ func processesWith(want string) []int {
 		}
 	}
 	return pids
-}
-
-func eventually(d time.Duration, cond func() bool) bool {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
 }
 
 // Two people's sessions on one project, seen from the second one's
@@ -74,7 +67,7 @@ func TestSandboxJailOverHTTP(t *testing.T) {
 			outA = decode[commandJSON](t, res)
 		}
 	}()
-	if !eventually(10*time.Second, func() bool { return len(processesWith("sk-SECRET-A")) > 0 }) {
+	if !wait.Until(wait.Long, func() bool { return len(processesWith("sk-SECRET-A")) > 0 }) {
 		t.Fatal("a's command did not start")
 	}
 	out, res := b.run(baseB, "ps -eo args; ls -A /tmp", "")
@@ -133,12 +126,14 @@ func TestTerminalOutlivesACommand(t *testing.T) {
 	// test binaries of other packages run at the same time.
 	owner.input(base, term.ID, 1, "sleep 4711 & echo BG-$((1+1))\r")
 	_, last := owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream", "BG-2")
-	if !eventually(5*time.Second, func() bool { return len(processesWith("sleep\x004711")) == 1 }) {
+	if !wait.Until(wait.Short, func() bool { return len(processesWith("sleep\x004711")) == 1 }) {
 		t.Fatal("the terminal's sleep did not start")
 	}
 	if out, res := owner.run(base, "kill -9 -1; echo done", ""); res.StatusCode != 200 || out.Stdout != "done\n" {
 		t.Fatalf("command: %d %+v", res.StatusCode, out)
 	}
+	// Not a wait: nothing is to happen, and this is the time a wrongly
+	// killed sleep would take to show as gone.
 	time.Sleep(200 * time.Millisecond)
 	if len(processesWith("sleep\x004711")) != 1 {
 		t.Fatal("the one-shot command ended the terminal's sleep")
@@ -147,7 +142,7 @@ func TestTerminalOutlivesACommand(t *testing.T) {
 	owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream?from="+last, "ALIVE-42")
 
 	owner.post(base+"/discard", nil, jsonAccept)
-	if !eventually(10*time.Second, func() bool { return len(processesWith("sleep\x004711")) == 0 }) {
+	if !wait.Until(wait.Long, func() bool { return len(processesWith("sleep\x004711")) == 0 }) {
 		t.Error("the terminal's sleep outlived the session")
 	}
 	waitClosed(t, h, term.ID, "the session's end")
@@ -163,11 +158,18 @@ func TestSandboxUnavailableIs503(t *testing.T) {
 		t.Fatalf("Unavailable() = %v", h.app.Sandbox.Unavailable())
 	}
 	owner, id := editable(t, h)
-	_, base := owner.session(id)
+	s, base := owner.session(id)
 	_, res := owner.run(base, "true", "")
 	expectProblem(t, res, http.StatusServiceUnavailable, "sandbox_unavailable")
 	_, res = owner.openTerminal(base)
 	expectProblem(t, res, http.StatusServiceUnavailable, "sandbox_unavailable")
+	// Refused before anything was made or reserved for them.
+	if _, err := os.Stat(filepath.Join(h.cfg.SandboxDir(), s.ID)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused command still built the session's checkout: %v", err)
+	}
+	if usage, err := h.app.Meter.Usage(t.Context(), id); err != nil || usage.Reserved != 0 || usage.Used != 0 {
+		t.Errorf("a refused command or shell was metered: %+v %v", usage, err)
+	}
 	if res := owner.put(base, "still.txt", []byte("editing works\n"), nil); res.StatusCode != http.StatusNoContent {
 		t.Fatalf("editing without a sandbox: %d", res.StatusCode)
 	}

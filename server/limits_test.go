@@ -10,23 +10,25 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/testrig/wait"
 )
 
-// With two commands running, a third (here queued behind its session's
-// first) is refused at once with 429 sandbox_busy and a Retry-After; once
-// they end, commands run again.
+// With two commands running, a third person's is refused at once with 429
+// sandbox_busy and a Retry-After; once they end, commands run again.
 func TestSandboxBusyBeyondMaxRunning(t *testing.T) {
 	needRoot(t)
 	h := newHarness(t, func(c *Config) { c.SandboxMaxRunning = 2 })
 	owner, id := editable(t, h)
-	other := h.user("other", false)
+	other, third := h.user("other", false), h.user("third", false)
 	owner.addMember(id, "other", "admin")
+	owner.addMember(id, "third", "admin")
 	s1, base := owner.session(id)
 	s2, _ := other.openSession(id)
 	otherBase := "/projects/" + itoa(id) + "/sessions/" + s2.ID
+	_, thirdBase := third.session(id)
 	var checkouts []string
 	for _, run := range []struct {
 		c    *client
@@ -51,7 +53,7 @@ func TestSandboxBusyBeyondMaxRunning(t *testing.T) {
 			results[i] = run.c.post(run.base+"/commands", url.Values{"command": {"touch running; sleep 4"}}, jsonAccept)
 		}()
 	}
-	if !eventuallyTrue(15*time.Second, func() bool {
+	if !wait.Until(wait.Long, func() bool {
 		for _, co := range checkouts {
 			if _, err := os.Stat(filepath.Join(co, "running")); err != nil {
 				return false
@@ -61,7 +63,7 @@ func TestSandboxBusyBeyondMaxRunning(t *testing.T) {
 	}) {
 		t.Fatal("the two commands did not start")
 	}
-	res := owner.post(base+"/commands", url.Values{"command": {"echo third"}}, jsonAccept)
+	res := third.post(thirdBase+"/commands", url.Values{"command": {"echo third"}}, jsonAccept)
 	if got := res.Header.Get("Retry-After"); got != "5" {
 		t.Errorf("Retry-After = %q, want 5", got)
 	}
@@ -74,6 +76,66 @@ func TestSandboxBusyBeyondMaxRunning(t *testing.T) {
 	}
 	if out, res := owner.run(base, "echo again", ""); res.StatusCode != http.StatusOK || out.Stdout != "again\n" {
 		t.Errorf("after the two ended: %d %+v", res.StatusCode, out)
+	}
+}
+
+// One person holds at most half the instance's command slots, rounded up:
+// of three, alice's two sleeps run, her third command is refused with a
+// reason of her own and a Retry-After, and bob's runs in the slot kept for
+// everybody else.
+func TestCommandSlotsShared(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t, func(c *Config) { c.SandboxMaxRunning = 3 })
+	alice, id := editable(t, h)
+	second := alice.createProject("second")
+	bob := h.user("bob", false)
+	alice.addMember(id, "bob", "admin")
+	var bases, checkouts []string
+	for _, p := range []int64{id, second} {
+		s, base := alice.session(p)
+		if _, res := alice.run(base, "true", ""); res.StatusCode != http.StatusOK {
+			t.Fatalf("first command: %d %s", res.StatusCode, readBody(res))
+		}
+		bases, checkouts = append(bases, base), append(checkouts, hostCheckout(t, h, s.ID))
+	}
+	_, bobBase := bob.session(id)
+
+	var wg sync.WaitGroup
+	results := make([]*http.Response, len(bases))
+	for i, base := range bases {
+		wg.Go(func() {
+			results[i] = alice.post(base+"/commands", url.Values{"command": {"touch running; sleep 4"}}, jsonAccept)
+		})
+	}
+	if !wait.Until(wait.Long, func() bool {
+		for _, co := range checkouts {
+			if _, err := os.Stat(filepath.Join(co, "running")); err != nil {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("alice's two commands did not start")
+	}
+	res := alice.post(bases[0]+"/commands", url.Values{"command": {"echo third"}}, jsonAccept)
+	if got := res.Header.Get("Retry-After"); got != "5" {
+		t.Errorf("Retry-After = %q, want 5", got)
+	}
+	p := expectProblem(t, res, http.StatusTooManyRequests, "sandbox_busy_person")
+	if !strings.Contains(p.Error, "one person") || !strings.Contains(p.Error, "2 of its 3") {
+		t.Errorf("the refusal does not say it is her own share: %q", p.Error)
+	}
+	if out, res := bob.run(bobBase, "true", ""); res.StatusCode != http.StatusOK || out.ExitCode != 0 {
+		t.Errorf("bob's command while alice holds her share: %d %s", res.StatusCode, readBody(res))
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.StatusCode != http.StatusOK {
+			t.Errorf("alice's command %d: %d %s", i, r.StatusCode, readBody(r))
+		}
+	}
+	if out, res := alice.run(bases[0], "echo again", ""); res.StatusCode != http.StatusOK || out.Stdout != "again\n" {
+		t.Errorf("alice after her commands ended: %d %+v", res.StatusCode, out)
 	}
 }
 
@@ -107,7 +169,7 @@ func TestSessionDiskBound(t *testing.T) {
 		ran <- result{out, res}
 	}()
 	var peak int64
-	counted := eventuallyTrue(15*time.Second, func() bool {
+	counted := wait.Until(wait.Long, func() bool {
 		peak = max(peak, memory())
 		return peak >= memBefore+48<<20 // three quarters of the command's 64 MiB /dev/shm
 	})
@@ -122,7 +184,7 @@ func TestSessionDiskBound(t *testing.T) {
 	if !counted {
 		t.Errorf("the sandboxes' memory went from %d to at most %d while /dev/shm was full: its pages escaped the cgroup", memBefore, peak)
 	}
-	if !eventuallyTrue(5*time.Second, func() bool { return memory() < memBefore+16<<20 }) {
+	if !wait.Until(wait.Short, func() bool { return memory() < memBefore+16<<20 }) {
 		t.Errorf("the sandboxes' memory is %d after the command, %d before: /dev/shm outlived it", memory(), memBefore)
 	}
 	if _, err := os.Lstat("/dev/shm/" + shmName); err == nil {
@@ -132,8 +194,6 @@ func TestSessionDiskBound(t *testing.T) {
 		t.Errorf("the host's /dev/shm grew by %d bytes", grown)
 	}
 
-	// Taken right before, since other processes write to the host's disk.
-	before := freeOf(t, h.cfg.DataDir)
 	out, res := owner.run(base, `head -c 3G /dev/zero > /tmp/x; echo "exit $?"; head -c 3G /dev/zero > /workspace/x; echo "exit $?"; head -c 1M /dev/zero > "$HOME/more"; echo "exit $?"`, "")
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("run: %d %s", res.StatusCode, readBody(res))
@@ -141,15 +201,14 @@ func TestSessionDiskBound(t *testing.T) {
 	if strings.Count(out.Stderr, "No space left on device") != 3 || strings.Count(out.Stdout, "exit 1\n") != 3 {
 		t.Errorf("writing past a %d byte disk: %+v", size, out)
 	}
-	if used := before - freeOf(t, h.cfg.DataDir); used > size+8<<20 {
-		t.Errorf("the host gave %d bytes to a session's %d byte disk", used, size)
-	}
 	top := filepath.Dir(hostCheckout(t, h, s.ID))
 	images, _ := filepath.Glob(filepath.Join(h.cfg.SandboxDiskDir(), "*.img"))
 	if len(images) != 1 {
 		t.Fatalf("images of one session: %v", images)
 	}
 	var st unix.Stat_t
+	// What the host gave the disk is what its image holds, whatever else
+	// writes to the host's disk meanwhile.
 	if err := unix.Stat(images[0], &st); err != nil || st.Blocks*512 > size {
 		t.Errorf("the session's disk image holds %d bytes of the host's disk (%v); its size is %d", st.Blocks*512, err, size)
 	}
@@ -161,8 +220,44 @@ func TestSessionDiskBound(t *testing.T) {
 		t.Errorf("the session's folder %s survived its end: %v", top, err)
 	}
 	// The disk's cached pages went with it.
-	if !eventuallyTrue(5*time.Second, func() bool { return memory() < memBefore+16<<20 }) {
+	if !wait.Until(wait.Short, func() bool { return memory() < memBefore+16<<20 }) {
 		t.Errorf("the sandboxes' memory is %d after the session ended, %d before", memory(), memBefore)
+	}
+}
+
+// ATELIER_SANDBOX_DISK_TOTAL bounds all sessions' disks together, each
+// counted whole: with room for two, a third person's opening is a 507
+// sandbox_disk_full that says why, and the open sessions can still fill
+// their own disks; once one ends, the third opens.
+func TestSessionsDiskTotal(t *testing.T) {
+	needRoot(t)
+	const size = 64 << 20
+	h := newHarness(t, func(c *Config) { c.SandboxDiskBytes, c.SandboxDiskTotal = size, 2*size+size/2 })
+	var people []*client
+	var projects []int64
+	for _, name := range []string{"alice", "bob", "carol"} {
+		c := h.user(name, false)
+		people, projects = append(people, c), append(projects, c.createProject(name+"s"))
+	}
+	_, alice := people[0].session(projects[0])
+	people[1].session(projects[1])
+	res := people[2].post("/projects/"+itoa(projects[2])+"/sessions", nil, jsonAccept)
+	p := expectProblem(t, res, http.StatusInsufficientStorage, "sandbox_disk_full")
+	if !strings.Contains(p.Error, "the 2 sessions on it hold 128 MiB of the 160 MiB") {
+		t.Errorf("the refusal does not say why: %q", p.Error)
+	}
+	out, res := people[0].run(alice, `head -c 100M /dev/zero > /workspace/x; stat -c %s /workspace/x`, "")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("run: %d %s", res.StatusCode, readBody(res))
+	}
+	if n, _ := strconv.Atoi(strings.TrimSpace(out.Stdout)); n < size*3/4 {
+		t.Errorf("an open session filled %d bytes of its %d byte disk once the total was reached: %+v", n, size, out)
+	}
+	if res := people[0].post(alice+"/discard", nil, jsonAccept); res.StatusCode >= 300 {
+		t.Fatalf("discard: %d %s", res.StatusCode, readBody(res))
+	}
+	if _, status := people[2].openSession(projects[2]); status != http.StatusCreated {
+		t.Errorf("the third once one ended: %d", status)
 	}
 }
 
@@ -213,20 +308,61 @@ func TestSandboxLimitsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.SandboxMaxRunning < 2 || cfg.SandboxDiskBytes != 2<<30 || cfg.Sandbox.MaxMemoryTotal != 0 {
-		t.Errorf("defaults: max running %d, disk %d, memory total %d", cfg.SandboxMaxRunning, cfg.SandboxDiskBytes, cfg.Sandbox.MaxMemoryTotal)
+	if cfg.SandboxMaxRunning < 2 || cfg.SandboxDiskBytes != 2<<30 || cfg.Sandbox.MaxMemoryTotal != 0 || cfg.Sessions.MaxPerUser != 4 ||
+		cfg.SandboxCacheBytes != 2<<30 {
+		t.Errorf("defaults: max running %d, disk %d, memory total %d, sessions a person %d, cache %d",
+			cfg.SandboxMaxRunning, cfg.SandboxDiskBytes, cfg.Sandbox.MaxMemoryTotal, cfg.Sessions.MaxPerUser, cfg.SandboxCacheBytes)
 	}
-	env = map[string]string{"ATELIER_SANDBOX_MAX_RUNNING": "3", "ATELIER_SANDBOX_DISK_BYTES": "0", "ATELIER_SANDBOX_MEMORY_TOTAL": "1073741824"}
+	// The disks' total is half what the file system of the disk area has
+	// free; the area does not exist yet, so its nearest folder that does
+	// tells. Others write to the disk meanwhile: within 1 %.
+	env = map[string]string{"ATELIER_DATA": filepath.Join(t.TempDir(), "not", "yet")}
 	if cfg, err = LoadConfig(getenv); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.SandboxMaxRunning != 3 || cfg.SandboxDiskBytes != 0 || cfg.Sandbox.MaxMemoryTotal != 1<<30 {
-		t.Errorf("set: max running %d, disk %d, memory total %d", cfg.SandboxMaxRunning, cfg.SandboxDiskBytes, cfg.Sandbox.MaxMemoryTotal)
+	if half := freeOf(t, filepath.Dir(filepath.Dir(cfg.DataDir))) / 2; cfg.SandboxDiskTotal < half*99/100 || cfg.SandboxDiskTotal > half*101/100 {
+		t.Errorf("default disk total %d, want about half of what is free, %d", cfg.SandboxDiskTotal, half)
 	}
-	for k, v := range map[string]string{"ATELIER_SANDBOX_MAX_RUNNING": "0", "ATELIER_SANDBOX_DISK_BYTES": "1000", "ATELIER_SANDBOX_MEMORY_TOTAL": "lots"} {
-		env = map[string]string{k: v}
-		if _, err := LoadConfig(getenv); err == nil || !strings.Contains(err.Error(), k) {
-			t.Errorf("%s=%s: err = %v", k, v, err)
+	if quarter := freeOf(t, filepath.Dir(filepath.Dir(cfg.DataDir))) / 4; cfg.SandboxCacheTotal < quarter*99/100 || cfg.SandboxCacheTotal > quarter*101/100 {
+		t.Errorf("default cache total %d, want about a quarter of what is free, %d", cfg.SandboxCacheTotal, quarter)
+	}
+	env = map[string]string{"ATELIER_SANDBOX_MAX_RUNNING": "3", "ATELIER_SANDBOX_DISK_BYTES": "0", "ATELIER_SANDBOX_MEMORY_TOTAL": "1073741824",
+		"ATELIER_SANDBOX_DISK_TOTAL": "5000000000", "ATELIER_MAX_SESSIONS_PER_USER": "2"}
+	if cfg, err = LoadConfig(getenv); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.SandboxMaxRunning != 3 || cfg.SandboxDiskBytes != 0 || cfg.Sandbox.MaxMemoryTotal != 1<<30 ||
+		cfg.SandboxDiskTotal != 5_000_000_000 || cfg.Sessions.MaxPerUser != 2 {
+		t.Errorf("set: max running %d, disk %d, memory total %d, disk total %d, sessions a person %d", cfg.SandboxMaxRunning,
+			cfg.SandboxDiskBytes, cfg.Sandbox.MaxMemoryTotal, cfg.SandboxDiskTotal, cfg.Sessions.MaxPerUser)
+	}
+	env = map[string]string{"ATELIER_SANDBOX_DISK_TOTAL": "0"}
+	if cfg, err = LoadConfig(getenv); err != nil || cfg.SandboxDiskTotal != 0 {
+		t.Errorf("no bound on the disks' total: %d, %v", cfg.SandboxDiskTotal, err)
+	}
+	for v, want := range map[string]int64{"0": 0, "16777216": 16 << 20} {
+		env = map[string]string{"ATELIER_SANDBOX_CACHE_BYTES": v, "ATELIER_SANDBOX_CACHE_TOTAL": "33554432"}
+		if cfg, err = LoadConfig(getenv); err != nil || cfg.SandboxCacheBytes != want || cfg.SandboxCacheTotal != min(want, 1)*32<<20 {
+			t.Errorf("ATELIER_SANDBOX_CACHE_BYTES=%s: %d, total %d, %v", v, cfg.SandboxCacheBytes, cfg.SandboxCacheTotal, err)
+		}
+	}
+	env = map[string]string{"ATELIER_SANDBOX_CACHE_TOTAL": "0"}
+	if cfg, err = LoadConfig(getenv); err != nil || cfg.SandboxCacheTotal != 0 {
+		t.Errorf("no bound on the caches' total: %d, %v", cfg.SandboxCacheTotal, err)
+	}
+	for _, c := range []struct{ k, v string }{
+		{"ATELIER_SANDBOX_MAX_RUNNING", "0"}, {"ATELIER_SANDBOX_DISK_BYTES", "1000"}, {"ATELIER_SANDBOX_MEMORY_TOTAL", "lots"},
+		// Below one session's disk of the default 2 GiB, every opening
+		// would be refused.
+		{"ATELIER_SANDBOX_DISK_TOTAL", "1000000000"}, {"ATELIER_SANDBOX_DISK_TOTAL", "-1"}, {"ATELIER_SANDBOX_DISK_TOTAL", "lots"},
+		{"ATELIER_MAX_SESSIONS_PER_USER", "0"}, {"ATELIER_MAX_SESSIONS_PER_USER", "four"},
+		{"ATELIER_SANDBOX_CACHE_BYTES", "1000"}, {"ATELIER_SANDBOX_CACHE_BYTES", "lots"},
+		// Below one project's cache of the default 2 GiB.
+		{"ATELIER_SANDBOX_CACHE_TOTAL", "1000000000"}, {"ATELIER_SANDBOX_CACHE_TOTAL", "lots"},
+	} {
+		env = map[string]string{c.k: c.v}
+		if _, err := LoadConfig(getenv); err == nil || !strings.Contains(err.Error(), c.k) {
+			t.Errorf("%s=%s: err = %v", c.k, c.v, err)
 		}
 	}
 }
@@ -238,15 +374,4 @@ func freeOf(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return int64(st.Bavail) * st.Bsize
-}
-
-func eventuallyTrue(d time.Duration, cond func() bool) bool {
-	end := time.Now().Add(d)
-	for time.Now().Before(end) {
-		if cond() {
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return cond()
 }

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"testing"
 
-	"atelier/internal/hostilegit"
 	"atelier/models"
+	"atelier/testrig/hostilegit"
 )
 
 // localOwner is the host account that owns the hostile Local folder.

@@ -412,3 +412,37 @@ func TestLoadConfigLocalRoots(t *testing.T) {
 		}
 	}
 }
+
+// Several instances (a cluster secret) start only on a shared PostgreSQL
+// and an S3 store, and say so; an internal address must be one.
+func TestLoadConfigCluster(t *testing.T) {
+	load := func(env map[string]string) error {
+		_, err := LoadConfig(func(key string) string { return env[key] })
+		return err
+	}
+	secret := strings.Repeat("s", 32)
+	for name, env := range map[string]map[string]string{
+		"no database": {"ATELIER_CLUSTER_SECRET": secret, "ATELIER_S3_ENDPOINT": "minio:9000"},
+		"no store":    {"ATELIER_CLUSTER_SECRET": secret, "DATABASE_URL": "postgres://db/atelier"},
+	} {
+		if err := load(env); err == nil || !strings.Contains(err.Error(), "DATABASE_URL") || !strings.Contains(err.Error(), "ATELIER_S3_ENDPOINT") {
+			t.Errorf("%s: err = %v, want a refusal naming both settings", name, err)
+		}
+	}
+	full := map[string]string{"ATELIER_CLUSTER_SECRET": secret, "DATABASE_URL": "postgres://db/atelier", "ATELIER_S3_ENDPOINT": "minio:9000",
+		"ATELIER_INTERNAL_URL": "http://10.0.0.5:8080"}
+	if err := load(full); err != nil {
+		t.Fatalf("a full cluster config: %v", err)
+	}
+	full["ATELIER_CLUSTER_SECRET"] = "short"
+	if err := load(full); err == nil || !strings.Contains(err.Error(), "ATELIER_CLUSTER_SECRET") {
+		t.Errorf("a short secret: %v", err)
+	}
+	full["ATELIER_CLUSTER_SECRET"] = secret
+	for _, bad := range []string{"10.0.0.5:8080", "ftp://host", "http://host/path", "http://user@host:1", "http://host?x=1"} {
+		full["ATELIER_INTERNAL_URL"] = bad
+		if err := load(full); err == nil || !strings.Contains(err.Error(), "ATELIER_INTERNAL_URL") {
+			t.Errorf("internal URL %q: %v", bad, err)
+		}
+	}
+}

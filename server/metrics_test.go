@@ -13,6 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"atelier/testrig/wait"
 )
 
 const scrapeToken = "scrape-token-0123456789abcdef"
@@ -248,7 +250,7 @@ func TestMetricsFollowCommandsSessionsAndStreams(t *testing.T) {
 		defer close(done)
 		owner.run(base, "sleep 2", "")
 	}()
-	waitFor(t, 10*time.Second, "the running command in the metrics", func() bool {
+	wait.For(t, wait.Long, "the running command in the metrics", func() bool {
 		v, _ := sample(h.scrape(), "atelier_commands_running", nil)
 		return v == 1
 	})
@@ -305,7 +307,7 @@ func TestMetricsFollowCommandsSessionsAndStreams(t *testing.T) {
 		t.Errorf("reserved %v while a shell is open", v)
 	}
 	cancel()
-	waitFor(t, 5*time.Second, "the viewer to leave", func() bool {
+	wait.For(t, wait.Short, "the viewer to leave", func() bool {
 		v, _ := sample(h.scrape(), "atelier_sse_viewers", nil)
 		return v == 0
 	})

@@ -113,14 +113,14 @@ func TestCreateContainerProject(t *testing.T) {
 		t.Fatal("the Code tab is closed on a ready container project")
 	}
 
-	// Same name twice: the second folder name gets a suffix.
+	// Same name twice: each folder's name ends in its project's id.
 	first := c.post("/projects", url.Values{"name": {"twin"}}, jsonAccept)
 	second := c.post("/projects", url.Values{"name": {"twin"}}, jsonAccept)
 	a, b := decode[models.Project](t, first), decode[models.Project](t, second)
-	if a.WorkspaceDirName != "twin" || b.WorkspaceDirName != "twin-2" || a.WorkspaceMode != "container" || a.WorkspacePath != nil {
+	if a.WorkspaceDirName != "twin--"+itoa(a.ID) || b.WorkspaceDirName != "twin--"+itoa(b.ID) || a.WorkspaceMode != "container" || a.WorkspacePath != nil {
 		t.Fatalf("dir names %q and %q, mode %q path %v", a.WorkspaceDirName, b.WorkspaceDirName, a.WorkspaceMode, a.WorkspacePath)
 	}
-	dir := filepath.Join(h.cfg.WorkspacesRoot, "twin")
+	dir := filepath.Join(h.cfg.WorkspacesRoot, a.WorkspaceDirName)
 	fi, err := os.Stat(dir)
 	if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("managed folder: %v %v", fi, err)
@@ -288,5 +288,66 @@ func TestArchive(t *testing.T) {
 	}
 	if res := c.post("/projects/"+itoa(id)+"/archive", nil); res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("archiving twice: %d", res.StatusCode)
+	}
+}
+
+// The path check never tells anyone but a site admin where the server's
+// own folders are. Outside ATELIER_LOCAL_ROOTS the data dir, the
+// workspaces root, a folder inside them or above them is answered exactly
+// as any other folder there is; inside the roots it is "not allowed", with
+// its reason, and one answer for all of them, whatever the overlap. Site
+// admins keep the detailed message and hint.
+func TestValidatePathHidesTheServersFolders(t *testing.T) {
+	outside := t.TempDir()
+	roots := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(roots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		roots func(*Config) []string
+	}{
+		{"no roots", func(*Config) []string { return nil }},
+		{"roots elsewhere", func(*Config) []string { return []string{roots} }},
+		{"roots holding the data dir", func(c *Config) []string { return []string{filepath.Dir(c.DataDir)} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.LocalRoots = tc.roots(c) })
+			member := h.user("ann", false)
+			admin := h.user("root", true)
+			server := []string{h.cfg.DataDir, h.cfg.WorkspacesRoot, filepath.Join(h.cfg.DataDir, "x"), filepath.Dir(h.cfg.DataDir)}
+			inRoots := len(h.cfg.LocalRoots) > 0 && strings.HasPrefix(h.cfg.DataDir, h.cfg.LocalRoots[0]+"/")
+			// Outside the roots, the answer for any other folder.
+			want := member.validatePath(outside)
+			if want.OK || want.Reason != "local_not_allowed" {
+				t.Fatalf("an ordinary folder outside the roots: %+v", want)
+			}
+			for _, p := range server {
+				got := member.validatePath(p)
+				for _, text := range []string{got.Message, got.Hint} {
+					if strings.Contains(text, "server's own") || strings.Contains(text, h.cfg.DataDir) {
+						t.Errorf("%s for a member: %q names the server's folders", p, text)
+					}
+				}
+				if inRoots {
+					want = member.validatePath(server[0])
+					if got.OK || got.Reason != "path_overlaps_server" || !strings.Contains(got.Message, "not allowed") {
+						t.Errorf("%s inside the roots for a member: %+v, want path_overlaps_server, not allowed", p, got)
+					}
+				}
+				if got != want {
+					t.Errorf("%s for a member: %+v, want %+v: the answer tells the server's folder apart", p, got, want)
+				}
+				// The project is refused with the same words.
+				res := member.post("/projects", url.Values{"name": {"x"}, "mode": {"local"}, "path": {p}}, jsonAccept)
+				if prob := decode[problem](t, res); prob.Reason != want.Reason || prob.Error != want.Message || prob.Hint != want.Hint {
+					t.Errorf("creating at %s for a member: %+v, want %+v", p, prob, want)
+				}
+				v := admin.validatePath(p)
+				if v.OK || v.Reason != "path_overlaps_server" || !strings.Contains(v.Message, "server's own folders") || v.Hint == "" {
+					t.Errorf("%s for a site admin: %+v, want the detailed refusal", p, v)
+				}
+			}
+		})
 	}
 }

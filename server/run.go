@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,15 @@ type Database struct {
 // cluster when DATABASE_URL is not set. When a server of ours already runs
 // the cluster, it is shared (so `user add` works beside a running server).
 func OpenDatabase(ctx context.Context, cfg Config, log *slog.Logger) (*Database, error) {
+	return openDatabase(ctx, cfg, log, false)
+}
+
+// openDatabase is OpenDatabase; with supervise, as the server needs it,
+// the embedded cluster is this process's for as long as it lives: one a
+// killed server left running is stopped and started again as ours, and
+// one that dies is started again (pgembed.Config.Supervise). An operator's
+// DATABASE_URL is the operator's to keep running.
+func openDatabase(ctx context.Context, cfg Config, log *slog.Logger, supervise bool) (*Database, error) {
 	if cfg.DatabaseURL != "" {
 		return &Database{DSN: cfg.DatabaseURL}, nil
 	}
@@ -33,7 +43,8 @@ func OpenDatabase(ctx context.Context, cfg Config, log *slog.Logger) (*Database,
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	cluster, err := pgembed.Start(ctx, pgembed.Config{Dir: cfg.PostgresDir(), Database: "atelier", Logger: log})
+	cluster, err := pgembed.Start(ctx, pgembed.Config{Dir: cfg.PostgresDir(), Database: "atelier", Logger: log,
+		Supervise: supervise})
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +54,7 @@ func OpenDatabase(ctx context.Context, cfg Config, log *slog.Logger) (*Database,
 	return &Database{DSN: cluster.DSN("atelier"), cluster: cluster}, nil
 }
 
-// Close stops the embedded cluster if this process started it.
+// Close stops the embedded cluster if this process runs it.
 func (d *Database) Close(ctx context.Context) error {
 	if d.cluster == nil {
 		return nil
@@ -51,14 +62,21 @@ func (d *Database) Close(ctx context.Context) error {
 	return d.cluster.Stop(ctx)
 }
 
+// loopsGrace bounds how long a shutdown waits for the background loops
+// once their context ends; each returns within a query or a check's kill.
+const loopsGrace = 30 * time.Second
+
 // publishRetryEvery is how often canonical commits the object store lacks
 // are published again; a pass that finds none is one small query.
 const publishRetryEvery = 15 * time.Second
 
 // Run serves Atelier until ctx ends, then shuts down in order: stop taking
-// requests, let in-flight ones finish, close the pool, stop PostgreSQL.
+// requests, let in-flight ones finish, stop the background loops and wait
+// for them, take down what runs for sessions (App.Close), close the pool,
+// stop PostgreSQL. Nothing Run started runs once it returns, short of a
+// loop that overstays its bounded wait (logged).
 func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (err error) {
-	db, err := OpenDatabase(ctx, cfg, log)
+	db, err := openDatabase(ctx, cfg, log, true)
 	if err != nil {
 		return err
 	}
@@ -85,15 +103,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	if err != nil {
 		return err
 	}
-	defer app.Sandbox.Close()
-	// What a previous process of this server left running or reserved.
-	if n, err := app.Meter.SettleAbandoned(ctx, app.Instance); err != nil {
+	// Once nothing is served, before the pool closes: the shells' time
+	// settles and their changes are captured, then the sessions' mounts go.
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := app.Close(closeCtx); err != nil {
+			log.Warn("sessions' sandboxes not all taken down; the next start cleans them", "err", err)
+		}
+	}()
+	if err := app.TakeOver(ctx); err != nil {
 		return err
-	} else if n > 0 {
-		log.Info("sandbox reservations of a previous run settled", "count", n)
-	}
-	if err := app.Runtime.KillLeftovers(ctx); err != nil {
-		log.Warn("processes of a previous run not all killed", "err", err)
 	}
 	// Before serving, so no Local folder is read unconfirmed.
 	if err := app.Projects.RecordLocalIdentities(ctx); err != nil {
@@ -114,18 +134,27 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	srv := newHTTPServer(cfg, app.Handler)
 	fmt.Fprintf(stdout, "Atelier is serving on http://%s (data in %s)\n", ln.Addr(), cfg.DataDir)
 
-	go app.sweepLoginSessions(ctx, store)
-	go app.EditSessions.Run(ctx)
-	go app.Runtime.Run(ctx)
-	go app.Shells.Run(ctx)
-	go app.Projects.KeepPublished(ctx, publishRetryEvery)
-	// A Change a previous run left verifying is verified again.
-	if n, err := app.Changes.Resume(ctx); err != nil {
-		log.Warn("changes left verifying not queued", "err", err)
-	} else if n > 0 {
-		log.Info("changes queued for verification again", "count", n)
-	}
-	go app.Changes.Run(ctx)
+	// Deferred after App.Close, so it runs first: the loops are done with
+	// the sessions, the pool and the store before those close.
+	bg := newLoops(ctx)
+	defer func() {
+		grace := cmp.Or(cfg.LoopsGrace, loopsGrace)
+		if late := bg.Stop(grace); len(late) > 0 {
+			log.Warn("background loops still run after the shutdown's wait; stopping without them",
+				"loops", late, "waited", grace)
+		}
+	}()
+	bg.Go("instance heartbeat", app.Instances.Run)
+	bg.Go("sign-in sweep", func(ctx context.Context) { app.sweepLoginSessions(ctx, store) })
+	bg.Go("session sweep", app.EditSessions.Run)
+	bg.Go("idle checkouts", app.Runtime.Run)
+	bg.Go("shell leases", app.Shells.Run)
+	bg.Go("publisher", func(ctx context.Context) { app.Projects.KeepPublished(ctx, publishRetryEvery) })
+	// What no live tree needs any more leaves the object store.
+	bg.Go("collector", app.Code.KeepCollected)
+	// It takes what a previous run left verifying from the database, as
+	// it takes any instance's due checks.
+	bg.Go("change verifier", app.Changes.Run)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	select {
@@ -139,16 +168,52 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	// Shells do not survive the process.
 	app.Events.Close()
 	app.Terminals.Close()
-	defer app.Shells.Wait() // before the pool closes: the shells' time settles
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	err = srv.Shutdown(shutdownCtx)
+	// Serve returned as Shutdown began; its goroutine ends with it.
+	<-serveErr
+	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
 }
 
-// sweepLoginSessions deletes expired sign-ins every hour until ctx ends.
+// Close ends what the App runs for people, for a server that stops once it
+// serves no request any more: the shells (Shells.Wait: their time settled,
+// their changes captured), then every process, checkout and disk of the
+// sessions (Runtime.Close), then the sandbox's cgroups, then the bus. The
+// sessions stay open in the database, which must still be there, with
+// their edits.
+func (a *App) Close(ctx context.Context) error {
+	err := a.Terminals.Close()
+	a.Shells.Wait()
+	err = errors.Join(err, a.Runtime.Close(ctx), a.Sandbox.Close())
+	// The sessions it held are free for other instances once nothing of
+	// them runs here; the bus goes last, once nothing here publishes.
+	err = errors.Join(err, a.Instances.Stop(ctx), a.Bus.Close())
+	a.followers.Wait()
+	return err
+}
+
+// TakeOver makes this process the live instance of its sandbox area before
+// it serves: what gone instances reserved is settled, and what earlier
+// processes of this area left running or mounted for sessions is ended.
+// Another live instance's sessions, reservations and processes are left
+// alone.
+func (a *App) TakeOver(ctx context.Context) error {
+	gone, err := a.Instances.Start(ctx)
+	if err != nil {
+		return err
+	}
+	if err := a.Runtime.KillLeftovers(ctx, gone); err != nil {
+		a.log.Warn("processes of a previous run not all killed", "err", err)
+	}
+	return nil
+}
+
+// sweepLoginSessions deletes expired sign-ins and reset links every hour
+// until ctx ends.
 func (a *App) sweepLoginSessions(ctx context.Context, store *models.Store) {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
@@ -157,6 +222,9 @@ func (a *App) sweepLoginSessions(ctx context.Context, store *models.Store) {
 			a.log.Warn("sweeping expired sign-ins failed", "err", err)
 		} else if n > 0 {
 			a.log.Info("expired sign-ins removed", "count", n)
+		}
+		if _, err := store.DeleteExpiredPasswordResets(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			a.log.Warn("sweeping expired reset links failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"atelier/editsession"
-	"atelier/storage/miniotest"
+	"atelier/testrig/miniotest"
 )
 
 type sessionJSON struct {
@@ -300,8 +300,16 @@ func TestSessionEnds(t *testing.T) {
 			}
 			h.clock.Advance(2 * time.Minute) // 120 minutes after the open
 		}},
-		{"archived", "archived", func(h *harness, owner *client, id int64, _ string) {
-			owner.post("/projects/"+itoa(id)+"/archive", nil)
+		{"revoked", "revoked", func(h *harness, owner *client, id int64, _ string) {
+			// A second owner takes the first's right to edit.
+			boss := h.user("boss", false)
+			if res := owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"boss"}, "role": {"owner"}}, jsonAccept); res.StatusCode != http.StatusAccepted {
+				t.Fatalf("offer: %d %s", res.StatusCode, readBody(res))
+			}
+			if res := boss.post("/projects/"+itoa(id)+"/invitation/accept", nil, jsonAccept); res.StatusCode != http.StatusNoContent {
+				t.Fatalf("accept: %d %s", res.StatusCode, readBody(res))
+			}
+			boss.addMember(id, "owner", "member")
 		}},
 		{"discarded", "discarded", func(h *harness, owner *client, _ int64, base string) {
 			if res := owner.post(base+"/discard", nil, jsonAccept); res.StatusCode != http.StatusNoContent {
@@ -328,7 +336,7 @@ func TestSessionEnds(t *testing.T) {
 				t.Fatalf("closed events %+v %v", evs, err)
 			}
 			// Canonical never moved: an edit session does not touch it.
-			if tc.reason != "archived" {
+			if tc.reason != "revoked" {
 				if next, _ := owner.openSession(id); next.ID == s.ID {
 					t.Fatal("a new open returned the ended session")
 				}
@@ -406,6 +414,7 @@ func TestSessionSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer restarted.Bus.Close()
 	defer restarted.Events.Close()
 	h.srv.Config.Handler = restarted.Handler
 	for path, want := range map[string]string{"src/main.go": "kept\r\nacross", "fresh.txt": "new\n", "README.md": "# Base\n"} {

@@ -4,9 +4,9 @@ import (
 	"context"
 	"net/http"
 	"testing"
-	"time"
 
 	"atelier/limits"
+	"atelier/testrig/wait"
 )
 
 // openStream starts an SSE request as c and returns its response once the
@@ -65,7 +65,7 @@ func TestStreamsPerTerminalAreBounded(t *testing.T) {
 
 	// A viewer that leaves makes room; the server notices it gone.
 	first()
-	waitFor(t, 5*time.Second, "a closed viewer to leave", func() bool {
+	wait.For(t, wait.Short, "a closed viewer to leave", func() bool {
 		res, close := owner.openStream(url)
 		defer close()
 		return res.StatusCode == http.StatusOK
@@ -94,7 +94,7 @@ func TestStreamsPerAccountAreBounded(t *testing.T) {
 		t.Fatalf("another account was refused: %d %s", res.StatusCode, readBody(res))
 	}
 	closers[0]()
-	waitFor(t, 5*time.Second, "a closed stream to free its place", func() bool {
+	wait.For(t, wait.Short, "a closed stream to free its place", func() bool {
 		res, close := admin.openStream("/admin/events")
 		defer close()
 		return res.StatusCode == http.StatusOK
@@ -103,7 +103,7 @@ func TestStreamsPerAccountAreBounded(t *testing.T) {
 		close()
 	}
 	// Every place comes back: the account holds all of them again.
-	waitFor(t, 15*time.Second, "every place to be given back", func() bool {
+	wait.For(t, wait.Long, "every place to be given back", func() bool {
 		var again []func()
 		defer func() {
 			for _, close := range again {
@@ -119,16 +119,4 @@ func TestStreamsPerAccountAreBounded(t *testing.T) {
 		}
 		return true
 	})
-}
-
-// waitFor polls cond until it holds, failing the test after wait.
-func waitFor(t *testing.T, wait time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", wait, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -5,7 +5,7 @@ import (
 	"net/url"
 	"testing"
 
-	"atelier/projects"
+	"atelier/testrig/wait"
 )
 
 // signIn returns a client of h signed in as an existing user, as a person
@@ -23,9 +23,9 @@ func (h *harness) signIn(name string) *client {
 
 // TestTerminalRequestsSkipTheDatabase: once warm, a keystroke and a
 // stream resume cost no query at all (sign-in, membership and the shell's
-// owner all come from memory), yet a member removed or demoted, or a
-// session ended, through this instance is refused on the very next request,
-// with the cookie the person still holds.
+// owner all come from memory), yet a member removed or demoted (which ends
+// their session), or a session ended, through this instance is refused on
+// the very next request, with the cookie the person still holds.
 func TestTerminalRequestsSkipTheDatabase(t *testing.T) {
 	needRoot(t)
 	h := newHarness(t)
@@ -54,20 +54,26 @@ func TestTerminalRequestsSkipTheDatabase(t *testing.T) {
 		t.Errorf("a warm keystroke and stream resume cost %d queries, want 0", n)
 	}
 
-	// Demoted to a reader: the next keystroke and stream are refused.
+	// Demoted to a reader: the session ends with the right to edit
+	// (revoked), and the next keystroke and stream hear it.
 	owner.addMember(id, "dev", "member")
-	expectProblem(t, dev.input(base, term.ID, 3, "x"), http.StatusForbidden, "forbidden")
-	expectProblem(t, dev.get(stream+"?from="+last, jsonAccept), http.StatusForbidden, "forbidden")
+	expectProblem(t, dev.input(base, term.ID, 3, "x"), http.StatusGone, "revoked")
+	expectProblem(t, dev.get(stream+"?from="+last, jsonAccept), http.StatusGone, "revoked")
 
 	// Removed: the project is not theirs to see any more.
 	owner.addMember(id, "dev", "admin")
-	if res := dev.input(base, term.ID, 3, "y"); res.StatusCode != http.StatusOK {
+	_, base = dev.session(id)
+	if term, res = dev.openTerminal(base); res.StatusCode != http.StatusCreated {
+		t.Fatalf("open a terminal after the role came back: %d %s", res.StatusCode, readBody(res))
+	}
+	stream = base + "/terminals/" + term.ID + "/stream"
+	if res := dev.input(base, term.ID, 1, "y"); res.StatusCode != http.StatusOK {
 		t.Fatalf("key after the role came back: %d %s", res.StatusCode, readBody(res))
 	}
 	if res := owner.del("/projects/"+itoa(id)+"/members/dev", jsonAccept); res.StatusCode != http.StatusOK {
 		t.Fatalf("remove dev: %d %s", res.StatusCode, readBody(res))
 	}
-	expectProblem(t, dev.input(base, term.ID, 4, "z"), http.StatusNotFound, "not_found")
+	expectProblem(t, dev.input(base, term.ID, 2, "z"), http.StatusNotFound, "not_found")
 	expectProblem(t, dev.get(stream+"?from="+last, jsonAccept), http.StatusNotFound, "not_found")
 
 	// The owner's own session ends: its shell goes with it, and the next
@@ -89,16 +95,16 @@ func TestTerminalRequestsSkipTheDatabase(t *testing.T) {
 
 // TestTerminalRevocationReachesAnotherInstance: another instance on the
 // same database, which runs a person's shell and remembers their
-// membership, refuses them once projects.RoleRecheck has passed on its
-// clock after they were removed through the first; a session ended through
-// the first loses its shell on the other at the next lease heartbeat.
+// membership, refuses them as soon as they are removed through the first,
+// with no clock moving; a session ended through the first loses its shell
+// on the other at the next lease heartbeat.
 func TestTerminalRevocationReachesAnotherInstance(t *testing.T) {
 	needRoot(t)
 	one := newHarness(t)
 	// The same data folder too: the second instance reads the project's
 	// repository as a deployment's shared storage would let it.
 	two := newHarnessOn(t, one.store, nil, func(c *Config) {
-		c.DataDir, c.WorkspacesRoot = one.cfg.DataDir, one.cfg.WorkspacesRoot
+		c.DataDir, c.WorkspacesRoot, c.SandboxArea = one.cfg.DataDir, one.cfg.WorkspacesRoot, one.cfg.SandboxArea
 	})
 	owner, id := editable(t, one)
 	devOnOne := one.user("dev", false)
@@ -121,14 +127,22 @@ func TestTerminalRevocationReachesAnotherInstance(t *testing.T) {
 	if res := devOnOne.post(base+"/discard", nil, jsonAccept); res.StatusCode >= 300 {
 		t.Fatalf("discard through the first instance: %d %s", res.StatusCode, readBody(res))
 	}
-	two.app.Shells.Heartbeat(t.Context()) // what its next beat does, within editsession.LeaseEvery
+	two.app.Shells.Heartbeat(t.Context()) // what its next beat does, within workbench.LeaseEvery
 	expectProblem(t, dev.input(base, term.ID, 2, "x"), http.StatusGone, "discarded")
 
 	base, term = shell()
 	if res := owner.del("/projects/"+itoa(id)+"/members/dev", jsonAccept); res.StatusCode != http.StatusOK {
 		t.Fatalf("remove dev: %d %s", res.StatusCode, readBody(res))
 	}
-	two.clock.Advance(projects.RoleRecheck)
-	expectProblem(t, dev.input(base, term.ID, 2, "x"), http.StatusNotFound, "not_found")
+	// No clock moves: the removal reaches the second instance over the bus,
+	// not by RoleRecheck passing.
+	seq := uint64(1)
+	wait.For(t, wait.Short, "the second instance to forget the membership", func() bool {
+		seq++
+		res := dev.input(base, term.ID, seq, "x")
+		res.Body.Close()
+		return res.StatusCode != http.StatusOK
+	})
+	expectProblem(t, dev.input(base, term.ID, seq+1, "x"), http.StatusNotFound, "not_found")
 	expectProblem(t, dev.get(base+"/terminals/"+term.ID+"/stream", jsonAccept), http.StatusNotFound, "not_found")
 }

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strconv"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	"atelier/models"
+	"atelier/projects"
+	"atelier/testrig/wait"
 )
 
 type termJSON struct {
@@ -136,15 +140,17 @@ func TestTerminalsOverHTTP(t *testing.T) {
 
 	// DELETE kills the shell and what it started.
 	pid := shellPid(t, h, term.ID)
-	owner.input(base, term.ID, 5, "sleep 999 &\r")
-	time.Sleep(200 * time.Millisecond)
+	owner.input(base, term.ID, 5, "sleep 999 & echo BG-$((2+3))\r")
+	owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream", "BG-5") // the sleep has started
 	if res := owner.del(base+"/terminals/"+term.ID, jsonAccept); res.StatusCode != http.StatusNoContent {
 		t.Fatalf("delete: %d", res.StatusCode)
 	}
 	if syscall.Kill(pid, 0) == nil {
 		t.Fatalf("the shell (pid %d) survived DELETE", pid)
 	}
-	// The session's other shells live on.
+	// The session's other shells live on. Not a wait: nothing is to
+	// happen, and this is the time a wrongly ended shell would take to
+	// show as gone.
 	time.Sleep(300 * time.Millisecond)
 	for _, other := range others {
 		if tm, err := h.app.Terminals.Get(other); err != nil || syscall.Kill(tm.Pid(), 0) != nil {
@@ -157,15 +163,10 @@ func TestTerminalsOverHTTP(t *testing.T) {
 
 	// Ending the session ends its shells.
 	owner.post(base+"/discard", nil, jsonAccept)
-	deadline := time.Now().Add(5 * time.Second)
-	for ; ; time.Sleep(50 * time.Millisecond) {
-		if _, running := h.app.Terminals.Usage(""); running == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("shells outlived their session")
-		}
-	}
+	wait.For(t, wait.Short, "the session's shells to end with it", func() bool {
+		_, running := h.app.Terminals.Usage("")
+		return running == 0
+	})
 }
 
 // shellPid finds the pid of a terminal's shell.
@@ -222,19 +223,27 @@ func TestTerminalLifetime(t *testing.T) {
 	h.app.Shells.Heartbeat(ctx)
 	waitClosed(t, h, live.ID, "its lease")
 
-	// Losing the right to edit kills it: demote the owner... by adding a
-	// second owner who demotes the first.
-	term, _ := owner.openTerminal(base)
-	boss := h.user("boss", false)
-	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"boss"}, "role": {"owner"}}, jsonAccept)
-	boss.loadCSRF("/projects")
-	if res := boss.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"owner"}, "role": {"member"}}, jsonAccept); res.StatusCode != http.StatusOK {
-		t.Fatalf("demote: %d %s", res.StatusCode, readBody(res))
+	// Losing the right to edit kills it, and so does an archive (which
+	// pauses the session), when either is decided by another instance:
+	// the heartbeat reads them from the database. (Through this one, a
+	// demotion ends the session at once and its shells with it.)
+	for _, change := range []struct{ why, do, undo string }{
+		{"its owner's right to edit", "UPDATE project_members SET role = 'member' WHERE project_id = ?",
+			"UPDATE project_members SET role = 'owner' WHERE project_id = ?"},
+		{"the project's archive", "UPDATE projects SET status = 'archived', archived_at = now() WHERE id = ?",
+			"UPDATE projects SET status = 'active', archived_at = NULL WHERE id = ?"},
+	} {
+		term, _ := owner.openTerminal(base)
+		if err := h.store.Exec(ctx, change.do, id); err != nil {
+			t.Fatal(err)
+		}
+		h.app.Shells.Heartbeat(ctx)
+		waitClosed(t, h, term.ID, change.why)
+		if err := h.store.Exec(ctx, change.undo, id); err != nil {
+			t.Fatal(err)
+		}
+		h.clock.Advance(projects.RoleRecheck) // past what the instance remembers of the role
 	}
-	h.app.Shells.Heartbeat(ctx)
-	waitClosed(t, h, term.ID, "its owner's right to edit")
-	owner.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"owner"}, "role": {"owner"}}, jsonAccept)
-	boss.post("/projects/"+itoa(id)+"/members", url.Values{"username": {"owner"}, "role": {"owner"}}, jsonAccept)
 
 	// Running out of sandbox time kills it, and new opens get 429.
 	term, res := owner.openTerminal(base)
@@ -261,6 +270,7 @@ func TestTerminalLifetime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer restarted.Bus.Close()
 	defer restarted.Events.Close()
 	h.app.Terminals.Close() // the old process goes, and its shells with it
 	h.srv.Config.Handler = restarted.Handler
@@ -275,12 +285,88 @@ func TestTerminalLifetime(t *testing.T) {
 	// nobody renews: they are marked lost.
 	crashed := &models.Terminal{ID: "term_" + strings.Repeat("0", 32), SessionID: s.ID, UserID: 1, Instance: "crashed",
 		State: "live", OpenedAt: h.clock.Now(), HeartbeatAt: h.clock.Now()}
-	if err := h.store.CreateTerminal(ctx, crashed); err != nil {
-		t.Fatal(err)
+	if claimed, err := h.store.ClaimTerminal(ctx, crashed, 100, time.Time{}); err != nil || !claimed {
+		t.Fatalf("the crashed process's lease: claimed %v, %v", claimed, err)
 	}
 	h.clock.Advance(time.Minute)
 	restarted.Shells.Heartbeat(ctx)
 	if lease, _ := h.store.TerminalByID(ctx, crashed.ID); lease.State != "lost" {
 		t.Fatalf("the crashed process's lease is %q, want lost", lease.State)
 	}
+}
+
+// Four shells per account in all, whichever instances run them: with two
+// instances on one database, two shells through each fill the account,
+// the next through either is refused with account_shells, and a shell
+// closed on one instance gives its place to the other.
+func TestShellsPerAccountOnAllInstances(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	ctx := context.Background()
+	// The second instance starts before anything runs: what a start does
+	// to another live instance's shells is not this test's matter.
+	b, err := New(ctx, h.cfg, h.store, h.app.log, h.clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvB := httptest.NewUnstartedServer(b.Handler)
+	srvB.Config.ConnContext = connContext
+	srvB.Start()
+	t.Cleanup(srvB.Close)
+	t.Cleanup(b.Events.Close)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.Close(ctx); err != nil {
+			t.Errorf("closing the second instance: %v", err)
+		}
+	})
+
+	owner, p1 := editable(t, h)
+	p2 := owner.createProject("second")
+	if res := owner.upload(p2, "base.tar.gz", tarGz(t, []entry{{name: "README.md", body: "# Second\n"}}), jsonAccept); res.StatusCode != http.StatusOK {
+		t.Fatalf("import: %d %s", res.StatusCode, readBody(res))
+	}
+	// The same person, the same cookies, through the other instance.
+	hb := *h
+	hb.srv, hb.app = srvB, b
+	throughB := *owner
+	throughB.h = &hb
+	_, baseA := owner.session(p1)
+	_, baseB := throughB.session(p2)
+
+	var onA []string
+	for i := range 2 {
+		term, res := owner.openTerminal(baseA)
+		if res.StatusCode != http.StatusCreated {
+			t.Fatalf("shell %d through the first instance: %d %s", i+1, res.StatusCode, readBody(res))
+		}
+		onA = append(onA, term.ID)
+		if _, res := throughB.openTerminal(baseB); res.StatusCode != http.StatusCreated {
+			t.Fatalf("shell %d through the second instance: %d %s", i+1, res.StatusCode, readBody(res))
+		}
+	}
+	_, res := owner.openTerminal(baseA)
+	expectProblem(t, res, http.StatusTooManyRequests, "account_shells")
+	_, res = throughB.openTerminal(baseB)
+	expectProblem(t, res, http.StatusTooManyRequests, "account_shells")
+
+	if res := owner.del(baseA+"/terminals/"+onA[0], jsonAccept); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("close: %d", res.StatusCode)
+	}
+	wait.ForNil(t, wait.Long, "the closed shell's lease to end", func() error {
+		lease, err := h.store.TerminalByID(ctx, onA[0])
+		if err != nil {
+			return err
+		}
+		if lease.State == models.TerminalLive {
+			return errors.New("still live")
+		}
+		return nil
+	})
+	if _, res := throughB.openTerminal(baseB); res.StatusCode != http.StatusCreated {
+		t.Fatalf("a place freed on one instance, taken through the other: %d %s", res.StatusCode, readBody(res))
+	}
+	_, res = owner.openTerminal(baseA)
+	expectProblem(t, res, http.StatusTooManyRequests, "account_shells")
 }

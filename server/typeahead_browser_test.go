@@ -8,12 +8,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"atelier/testrig/wait"
 )
 
 // inputPosts counts the terminal input requests the server has logged.
@@ -43,18 +44,16 @@ func TestBrowserTypingAhead(t *testing.T) {
 	// a long line that wraps still matches.
 	waitScreen := func(what, text string) {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		wait.ForNil(t, wait.Long, what, func() error {
 			s, err := chromedp.Run(ctx, chromedp.Evaluate[string](rows))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if strings.Contains(strings.ReplaceAll(s, "\n", ""), text) {
-				return
+			if !strings.Contains(strings.ReplaceAll(s, "\n", ""), text) {
+				return fmt.Errorf("the terminal shows %q", s)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("waiting for %s; the terminal shows %q", what, s)
-			}
-		}
+			return nil
+		})
 	}
 	// typeKeys types text one key at a time, every key in the same task,
 	// as xterm hears keys from its text area: as fast as anyone can type.
@@ -120,11 +119,12 @@ func TestBrowserTypingAhead(t *testing.T) {
 	before = posts()
 	typeKeys(text)
 	waitScreen("the checksum of keys sent twice", sum)
-	for deadline := time.Now().Add(15 * time.Second); posts()-before < 2; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the batch whose answer was lost was not sent again: %d requests", posts()-before)
+	wait.ForNil(t, wait.Long, "the batch whose answer was lost to be sent again", func() error {
+		if n := posts() - before; n < 2 {
+			return fmt.Errorf("%d requests", n)
 		}
-	}
+		return nil
+	})
 	select {
 	case err := <-answers:
 		t.Fatalf("intercepting the input requests: %v", err)

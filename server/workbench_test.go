@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"atelier/editsession"
 	"atelier/models"
+	"atelier/testrig/wait"
+	"atelier/workbench"
 )
 
 // runInBackground starts a command, as JSON or as the command box's htmx
@@ -63,16 +66,9 @@ type commandAnswer struct {
 // waitRunning waits until the session has a command running on the instance.
 func waitRunning(t *testing.T, h *harness, sessionID string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, c := range h.app.Runtime.RunningCommands() {
-			if c.SessionID == sessionID {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no command of %s started within 20 s", sessionID)
+	wait.For(t, wait.Long, "a command of "+sessionID+" to start", func() bool {
+		return slices.ContainsFunc(h.app.Runtime.RunningCommands(), func(c workbench.RunningCommand) bool { return c.SessionID == sessionID })
+	})
 }
 
 // The owner stops a long command; its answer says it was cancelled and
@@ -99,19 +95,15 @@ func TestCancelCommand(t *testing.T) {
 	// It is cancelled once it has written, so the answer has something to
 	// keep: the first command also builds the checkout, which on a loaded
 	// machine takes longer than any fixed pause.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	wait.For(t, wait.Long, "the command to write", func() bool {
 		select {
 		case a := <-answer:
 			t.Fatalf("the command ended before its owner cancelled it: %+v", a)
 		default:
 		}
-		if wrote, _ := filepath.Glob(filepath.Join(h.cfg.WorkspacesRoot, "*", "session-*", "checkout", "wrote.txt")); len(wrote) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the command wrote nothing within 20 s")
-		}
-	}
+		wrote, _ := filepath.Glob(filepath.Join(h.cfg.SandboxDir(), "edit_*", "checkout", "wrote.txt"))
+		return len(wrote) == 1
+	})
 
 	res := owner.post(base+"/commands/cancel", nil, jsonAccept)
 	if res.StatusCode != http.StatusOK {

@@ -21,10 +21,11 @@ window.atelierURL = function (base, segments, query) {
 
 // Every htmx request that fails says so in a toast, with the server's own
 // message (error bodies carry it in .problem h1 and the reason in
-// data-reason), wherever the response was or was not swapped.
+// data-reason), wherever the response was or was not swapped. A toast of
+// kind "note" tells something that is not a failure, in a quieter colour.
 (function () {
   "use strict";
-  function toast(message, reason) {
+  function toast(message, reason, kind) {
     let box = document.getElementById("toasts");
     if (!box) {
       box = document.createElement("div");
@@ -35,7 +36,7 @@ window.atelierURL = function (base, segments, query) {
       document.body.appendChild(box);
     }
     const item = document.createElement("div");
-    item.className = "toast";
+    item.className = kind === "note" ? "toast note" : "toast";
     if (reason) item.dataset.reason = reason;
     const text = document.createElement("span");
     text.textContent = message;
@@ -83,3 +84,15 @@ window.atelierURL = function (base, segments, query) {
     toast("The server could not be reached. Check your connection and try again.", "network");
   });
 })();
+
+// A live stream (hx-sse:connect) that comes back after it was cut may have
+// missed hints: the server ends a stream that falls behind (with a resync
+// hint when it can still be told) and cuts one whose writes stall, and a
+// restart or a network hiccup ends it too. Each reconnection is then a
+// resync: the parts that listen for it read themselves again.
+document.addEventListener("htmx:sse:after:connection", function (event) {
+  const el = event.target;
+  if (!(el instanceof Element)) return;
+  if (el.dataset.connected) htmx.trigger(el, "resync");
+  el.dataset.connected = "yes";
+});

@@ -10,6 +10,10 @@
 // A new folder stores nothing: git keeps no empty folders and the session
 // keeps files, so it shows as pending ("kept when a file is added") until a
 // file is made in it, and is gone on reload if none was.
+//
+// The open folders are remembered per session in this browser's storage,
+// beside what the workbench (session.js) remembers, and opened again, in
+// one reload of the tree, when the page loads.
 (function () {
   "use strict";
 
@@ -140,12 +144,24 @@
       box.appendChild(code);
     }
 
-    // inlineName puts an input in li for a name. commit(name) resolves to
-    // null on success or the refusal's body, shown beside the input.
-    function inlineName(li, label, value, commit, onCancel) {
+    // inlineName puts an input in li for a name, under where ([words,
+    // folder], see placeOf) when given. commit(name) resolves to null on
+    // success or the refusal's body, shown beside the input.
+    function inlineName(li, label, value, commit, onCancel, where) {
       finish();
       const box = document.createElement("span");
       box.className = "inline-edit";
+      if (where) {
+        const at = document.createElement("span");
+        at.className = "inline-where";
+        at.append(where[0]);
+        if (where[1]) {
+          const folder = document.createElement("code");
+          folder.textContent = where[1];
+          at.append(" ", folder);
+        }
+        box.append(at);
+      }
       const input = document.createElement("input");
       input.type = "text";
       input.value = value || "";
@@ -230,7 +246,57 @@
       return item;
     }
 
+    // ---- the open folders, remembered ---------------------------------------
+
+    const memoryKey = "atelier.session." + (section.dataset.session || "") + ".tree";
+    let remembering = false; // until the remembered folders are open again
+
+    function openFolders() {
+      return Array.from(pane.querySelectorAll("details[open] > summary[data-path]"), (s) => s.dataset.path);
+    }
+
+    function rememberFolders() {
+      if (!remembering) return;
+      try {
+        localStorage.setItem(memoryKey, JSON.stringify({ at: Date.now(), open: openFolders() }));
+      } catch (_) {
+        // private mode or full: the folders simply are not remembered
+      }
+    }
+
+    function rememberedFolders() {
+      try {
+        const m = JSON.parse(localStorage.getItem(memoryKey) || "null");
+        return m && Array.isArray(m.open) ? m.open.filter((p) => typeof p === "string" && p).slice(0, 64) : [];
+      } catch (_) {
+        return [];
+      }
+    }
+
+    // reopenFolders reloads the tree once with the remembered folders open
+    // too (the server lists them in the same answer; those that are gone
+    // are simply not there).
+    function reopenFolders() {
+      const open = new Set(openFolders());
+      const wanted = rememberedFolders().filter((p) => !open.has(p));
+      const done = () => { remembering = true; rememberFolders(); };
+      if (!wanted.length || !window.htmx || typeof window.htmx.ajax !== "function") {
+        done();
+        return;
+      }
+      alsoOpen.push(...wanted);
+      Promise.resolve(window.htmx.ajax("GET", pane.getAttribute("hx-get"), { source: pane, target: pane, swap: "innerHTML" }))
+        .catch(() => {}).then(done);
+    }
+
     // ---- the actions --------------------------------------------------------
+
+    // placeOf tells where a new item of dir goes, as the row above its
+    // name shows it: the folder is the one selected in the tree, which the
+    // person may not have in mind.
+    function placeOf(kind, dir) {
+      return dir ? [kind + " in", dir + "/"] : [kind + " in the top folder", ""];
+    }
 
     async function newFile(dir) {
       const list = await listOf(dir);
@@ -256,7 +322,7 @@
           tree.focusItem(pane, item);
         }
         return null;
-      }, () => { li.remove(); showEmpty(list); focusCurrent(); });
+      }, () => { li.remove(); showEmpty(list); focusCurrent(); }, placeOf("New file", dir));
     }
 
     async function newFolder(dir) {
@@ -273,7 +339,7 @@
         showPending();
         newFile(path); // the folder is kept once it holds a file
         return null;
-      }, () => { li.remove(); showEmpty(list); focusCurrent(); });
+      }, () => { li.remove(); showEmpty(list); focusCurrent(); }, placeOf("New folder", dir));
     }
 
     function rename(item) {
@@ -473,8 +539,15 @@
 
     // Any reload of the tree (a save, a command) keeps the pending folders.
     document.addEventListener("htmx:after:settle", (event) => {
-      if (event.target === pane || pane.contains(event.target)) showPending();
+      if (event.target === pane || pane.contains(event.target)) {
+        showPending();
+        rememberFolders();
+      }
     });
+    // details' toggle does not bubble: listen while it travels down.
+    pane.addEventListener("toggle", rememberFolders, true);
+    window.addEventListener("pagehide", rememberFolders);
+    reopenFolders();
 
     // keyDown is true while a key that may open a confirmation is held.
     let keyDown = false;

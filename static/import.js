@@ -2,7 +2,9 @@
 // are shown live under the forms, then the summary or the error, and the
 // form stays as it was so a person can fix and send again. The server
 // answers a stream of JSON lines on the request itself (see
-// handlers.Code.importWatched); without this script the forms still post.
+// handlers.Code.importWatched). The upload form is shown by this script
+// alone: an upload's CSRF token travels in the X-CSRF-Token header, which
+// a plain form cannot send. Without it the git form still posts.
 (function () {
   "use strict";
 
@@ -19,6 +21,7 @@
     const status = document.getElementById("import-status");
     if (!status) return;
     document.querySelectorAll("form[data-import]").forEach((form) => {
+      if (form.hasAttribute("data-needs-script")) form.hidden = false;
       form.addEventListener("submit", (event) => {
         event.preventDefault();
         run(form, status);

@@ -5,15 +5,26 @@
 // remembered per browser; quick open and the keyboard shortcuts; and the
 // warning before the session times out for lack of activity.
 //
+// The workbench remembers, per session and in this browser's storage, its
+// open tabs with the cursor and scroll of each, the tab shown and the
+// panel's tab, and puts them back when the page loads again (the
+// explorer, explorer.js, keeps the tree's open folders beside them). A
+// remembered file that is gone is dropped with a note.
+//
 // The page provides:
 //   <section id="session" data-project data-session data-base data-idle-ms
 //            data-idle-deadline data-server-now data-open-path>
 //   #workbench with #session-tree, #split-explorer, #split-panel, #panel
 //   a.open-file[data-path] links in the tree (swapped by htmx at any time)
 //   #editor-tabs #editors #editor-empty #editor-path #editor-status #save
+//   #diff-view with #diff (where the changes list's links load a file's
+//     diff), #diff-back and #diff-edit
 //   panel tabs [role=tab][data-panel] for #panel-terminals, #panel-command,
 //     #panel-changes; #panel-toggle
 //   #command-form #command-run #command-cancel #command-state #command-result
+//     (#command-form's data-running and data-running-since name a command
+//     of the session that runs as the page is rendered; the page follows
+//     its output stream, {base}/commands/current/stream)
 //   buttons [data-confirm] with their inline questions (Discard, Rebase)
 //   dialogs #finder (#find-query, #find-box) and #shortcuts
 //   #idle-warning (hidden) with #idle-countdown and #keep-working
@@ -40,6 +51,11 @@
   const MIN_PANEL = 90;
   const MIN_EDITOR_ROWS = 120;
   const KEY_STEP = 24;
+  // What a session's workbench remembers is kept under MEMORY + its id
+  // (explorer.js adds ".tree"), for the last KEEP_SESSIONS sessions.
+  const MEMORY = "atelier.session.";
+  const KEEP_SESSIONS = 20;
+  const MAX_REMEMBERED_TABS = 30;
 
   // The sizes this browser last chose go on <html> at once: this script is
   // loaded without defer, so the panes are drawn at their size the first
@@ -81,11 +97,15 @@
     const keepBtn = $("keep-working");
 
     const base = (section.dataset.base || "").replace(/\/+$/, "");
+    const memoryKey = MEMORY + (section.dataset.session || "");
     const project = section.dataset.project || "";
     const idleMs = Number(section.dataset.idleMs) || 0;
     const codePage = atelierURL("/projects", [project, "code"]);
 
     let ended = false;
+    // remembering is off until what was remembered has been put back, so
+    // a half-restored workbench never overwrites it.
+    let remembering = false;
 
     // ---- small helpers --------------------------------------------------
 
@@ -122,8 +142,8 @@
       return msg || ("The server answered " + res.status + (res.statusText ? " " + res.statusText : "") + ".");
     }
 
-    function toast(text) {
-      if (typeof window.atelierToast === "function") window.atelierToast(text);
+    function toast(text, reason, kind) {
+      if (typeof window.atelierToast === "function") window.atelierToast(text, reason, kind);
     }
 
     // typing says whether a key went to a text field (in the editor's
@@ -255,6 +275,9 @@
         this.saveAgain = false; // Ctrl+S pressed while a save was in flight
         this.status = { text: "", state: "", extra: null };
         this.closed = false;
+        // Where the cursor and the scroll were when the tab was last hidden
+        // (or remembered from before a reload), put back when it shows.
+        this.view = null;
 
         this.host = document.createElement("div");
         this.host.className = "editor";
@@ -401,6 +424,8 @@
     // activate shows tab (or nothing) in the editor area. The shown
     // editor's host carries id="editor".
     function activate(tab, focus = true) {
+      closeDiff();
+      if (active && active !== tab) rest(active);
       active = tab;
       for (const t of tabs) {
         const on = t === tab;
@@ -418,9 +443,87 @@
       renderStatus();
       markOpenInTree();
       if (tab) {
+        wake(tab);
         tab.el.scrollIntoView({ block: "nearest", inline: "nearest" });
         if (focus && tab.editor) tab.editor.focus();
       }
+      remember();
+    }
+
+    // drawn says whether el is on screen (not hidden, nor inside
+    // something hidden).
+    function drawn(el) {
+      return el.getClientRects().length > 0;
+    }
+
+    // rest notes where tab's cursor and scroll are as it is hidden: a
+    // hidden editor has no scroll position of its own to read later.
+    function rest(tab) {
+      if (tab.editor && !tab.closed && drawn(tab.host)) tab.view = tab.editor.where();
+    }
+
+    // wake puts tab's cursor and scroll back as it shows.
+    function wake(tab) {
+      if (!tab.view || !tab.editor || !drawn(tab.host)) return;
+      tab.editor.goTo(tab.view);
+      tab.view = null;
+    }
+
+    // ---- a file's changes, in the editor area ---------------------------
+
+    // The changes list's links load a file's diff into #diff (htmx); it
+    // then takes the editor area's place until the person goes back (Back,
+    // Escape, a tab, or Edit this file, which opens the file's tab).
+    const editorArea = editorsEl ? editorsEl.closest(".wb-editors") : null;
+    const diffView = $("diff-view");
+    const diffBox = $("diff");
+    const diffEdit = $("diff-edit");
+
+    function diffShown() {
+      return !!diffView && !diffView.hidden;
+    }
+
+    function showDiff() {
+      const article = diffBox.querySelector("article.diff");
+      const path = article ? article.dataset.path || "" : "";
+      if (active) rest(active);
+      diffView.hidden = false;
+      if (editorArea) editorArea.classList.add("showing-diff");
+      // A deleted file has no text to edit.
+      const row = Array.from(document.querySelectorAll("#changes li[data-path]")).find((li) => li.dataset.path === path);
+      diffEdit.hidden = !path || !!(row && row.classList.contains("deleted"));
+      diffEdit.dataset.path = path;
+      for (const li of document.querySelectorAll("#changes li[data-path]")) {
+        const a = li.querySelector("a");
+        if (a && li.dataset.path === path) a.setAttribute("aria-current", "true");
+        else if (a) a.removeAttribute("aria-current");
+      }
+      // The keys follow what is shown: arrows scroll the diff, Escape goes back.
+      diffBox.focus({ preventScroll: true });
+    }
+
+    function closeDiff(focus) {
+      if (!diffShown()) return;
+      diffView.hidden = true;
+      if (editorArea) editorArea.classList.remove("showing-diff");
+      for (const a of document.querySelectorAll("#changes a[aria-current]")) a.removeAttribute("aria-current");
+      if (active) {
+        wake(active);
+        if (focus && active.editor) active.editor.focus();
+      }
+    }
+
+    if (diffView && diffBox) {
+      document.addEventListener("htmx:after:settle", (event) => {
+        if (event.target === diffBox || diffBox.contains(event.target)) showDiff();
+      });
+      $("diff-back").addEventListener("click", () => closeDiff(true));
+      diffEdit.addEventListener("click", () => { openFile(diffEdit.dataset.path || ""); });
+      diffView.addEventListener("keydown", (event) => {
+        if (event.key !== "Escape") return;
+        event.preventDefault();
+        closeDiff(true);
+      });
     }
 
     // markOpenInTree flags the tree's link to the shown file.
@@ -440,6 +543,7 @@
       tab.dispose();
       labelTabs();
       if (active === tab) activate(tabs[Math.min(at, tabs.length - 1)] || null, focus);
+      remember();
     }
 
     // closeTab closes tab; with unsaved changes it first asks, inline in
@@ -646,6 +750,7 @@
       }
       if (active && pathEl) pathEl.textContent = active.path;
       markOpenInTree();
+      remember();
     }
 
     // deleted closes the tabs of path; the focus stays where the deletion
@@ -693,6 +798,110 @@
       for (const t of tabs) t.status = { text: message || "This edit session has ended.", state: "ended", extra: null };
       say(message || "This edit session has ended.", "ended", link);
       command.ended();
+    }
+
+    // ---- what the workbench remembers ------------------------------------
+
+    // place is where a tab's cursor and scroll are, to remember.
+    function place(tab) {
+      const at = tab.view || (tab.editor ? tab.editor.where() : null) || {};
+      return { path: tab.path, anchor: at.anchor || 0, head: at.head || 0, top: at.top || 0, left: at.left || 0 };
+    }
+
+    // remember keeps the open tabs (those saved on the server: a file not
+    // saved yet has nothing to reopen), the one shown and the panel's tab.
+    function remember() {
+      if (!remembering) return;
+      const open = tabs.filter((t) => t.exists && !t.closed);
+      store(memoryKey, JSON.stringify({
+        at: Date.now(),
+        tabs: open.map(place),
+        active: active && active.exists ? active.path : "",
+        panel: panelShown,
+      }));
+    }
+
+    // recall reads what was remembered of this session, or null.
+    function recall() {
+      let m = null;
+      try {
+        m = JSON.parse(stored(memoryKey) || "null");
+      } catch (_) {
+        return null;
+      }
+      return m && typeof m === "object" && Array.isArray(m.tabs) ? m : null;
+    }
+
+    // forgetOldSessions keeps the memory of the KEEP_SESSIONS sessions
+    // used last in this browser: sessions end, their keys would not.
+    function forgetOldSessions() {
+      const seen = new Map(); // session key → when it was last written
+      try {
+        for (let i = 0; i < localStorage.length; i++) {
+          const key = localStorage.key(i);
+          if (!key || !key.startsWith(MEMORY)) continue;
+          const session = key.replace(/\.tree$/, "");
+          let at = 0;
+          try { at = Number(JSON.parse(localStorage.getItem(key)).at) || 0; } catch (_) { /* unreadable: oldest */ }
+          seen.set(session, Math.max(seen.get(session) || 0, at));
+        }
+      } catch (_) {
+        return;
+      }
+      const old = Array.from(seen).sort((a, b) => b[1] - a[1]).slice(KEEP_SESSIONS);
+      for (const [session] of old) {
+        store(session, null);
+        store(session + ".tree", null);
+      }
+    }
+
+    // droppedNote says which remembered files are no longer there.
+    function droppedNote(paths) {
+      if (paths.length === 1) return paths[0] + " no longer exists, so its tab was not reopened.";
+      const list = paths.slice(0, -1).join(", ") + " and " + paths[paths.length - 1];
+      return paths.length + " files no longer exist, so their tabs were not reopened: " + list + ".";
+    }
+
+    // restore reopens the remembered tabs in their order, each at its
+    // cursor and scroll, shows the remembered panel tab, and then first
+    // (the file the address names, which wins) or the tab shown before.
+    async function restore(first) {
+      const m = recall();
+      if (m && panelTabs.some((t) => t.dataset.panel === m.panel)) selectPanel(m.panel);
+      const wanted = (m ? m.tabs : []).filter((w) => w && typeof w.path === "string" && w.path)
+        .slice(0, MAX_REMEMBERED_TABS);
+      let read;
+      try {
+        read = await Promise.all(wanted.map(async (w) => {
+          try {
+            const res = await call("GET", fileURL(w.path));
+            if (res.status === 404) return { w, gone: true };
+            if (!res.ok) return { w, problem: await problemText(res) };
+            return { w, text: utf8.decode(await res.arrayBuffer()), etag: res.headers.get("ETag") };
+          } catch (err) {
+            if (err instanceof Ended) throw err;
+            return { w, problem: trouble(err) };
+          }
+        }));
+      } catch (err) {
+        if (err instanceof Ended) return;
+        throw err;
+      }
+      const gone = [];
+      for (const r of read) {
+        if (r.gone) gone.push(r.w.path);
+        else if (r.problem) toast(r.w.path + " could not be reopened: " + r.problem);
+        else if (!tabOf(r.w.path)) {
+          const tab = new Tab(r.w.path, r.text, r.etag, true);
+          tab.view = { anchor: r.w.anchor, head: r.w.head, top: r.w.top, left: r.w.left };
+          tabs.push(tab);
+          tab.showDirty();
+        }
+      }
+      labelTabs();
+      if (gone.length) toast(droppedNote(gone), "tabs_dropped", "note");
+      if (first) await openFile(first);
+      else if (!active && tabs.length) activate(tabOf(m && m.active) || tabs[tabs.length - 1], false);
     }
 
     // ---- panes: sizes, dividers, the panel ------------------------------
@@ -794,11 +1003,10 @@
       store(PANEL_HIDDEN_KEY, hidden ? "1" : null);
     }
 
-    // showPanel shows one of the panel's tabs (terminals, command,
-    // changes), opening the panel if it was hidden.
-    function showPanel(name, focus) {
+    // selectPanel makes one of the panel's tabs (terminals, command,
+    // changes) the one it shows.
+    function selectPanel(name) {
       panelShown = name;
-      setPanelHidden(false);
       for (const t of panelTabs) {
         const on = t.dataset.panel === name;
         t.setAttribute("aria-selected", on ? "true" : "false");
@@ -806,6 +1014,14 @@
         const body = $(t.getAttribute("aria-controls"));
         if (body) body.hidden = !on;
       }
+      remember();
+    }
+
+    // showPanel shows one of the panel's tabs, opening the panel if it was
+    // hidden.
+    function showPanel(name, focus) {
+      setPanelHidden(false);
+      selectPanel(name);
       if (focus) {
         if (name === "terminals") document.dispatchEvent(new CustomEvent("atelier:terminal-focus"));
         else if (name === "command") { const i = document.querySelector("#command-form input[name=command]"); if (i) i.focus(); }
@@ -861,6 +1077,9 @@
       const dot = $("command-running-dot");
       let running = false;
       let timer = 0;
+      // The running command's output, as it streams: live.pre shows it,
+      // live.at is the offset after the last byte shown.
+      let live = null;
 
       function show(text, state) {
         if (!stateEl) return;
@@ -883,6 +1102,122 @@
         if (form) form.setAttribute("aria-busy", on ? "true" : "false");
       }
 
+      // ticking shows "Running … · N s" from began (performance.now()).
+      function ticking(line, began) {
+        const tickRun = () => show("Running " + line + " · " + seconds(performance.now() - began), "running");
+        tickRun();
+        clearInterval(timer);
+        timer = setInterval(tickRun, 100);
+      }
+
+      function bytesOf(b64) {
+        const bin = atob(b64);
+        const out = new Uint8Array(bin.length);
+        for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+        return out;
+      }
+
+      // The page keeps at most this much of a command's output as it
+      // streams; the server's ring keeps 1 MiB of it.
+      const LIVE_CHARS = 1 << 20;
+
+      // follow streams the session's running command into the result
+      // area: stdout and stderr as the command wrote them, one text (the
+      // answer at the end shows them apart). The old result stays until
+      // the first byte comes. onExit gets the stream's exit event; when
+      // the stream cannot be had (the command has not started yet, or has
+      // ended), retry() says whether to ask again in a moment.
+      function follow(onExit, retry) {
+        stopFollowing();
+        const l = { at: 0, source: null, pre: null, text: null, decoder: new TextDecoder(), retryTimer: 0, stopped: false };
+        live = l;
+        const append = (text) => {
+          if (!text) return;
+          if (!l.pre) {
+            const article = document.createElement("article");
+            article.className = "command-result live";
+            l.pre = document.createElement("pre");
+            l.pre.className = "live";
+            l.text = document.createTextNode("");
+            l.pre.appendChild(l.text);
+            article.appendChild(l.pre);
+            if (resultEl) resultEl.replaceChildren(article);
+          }
+          const atBottom = l.pre.scrollHeight - l.pre.scrollTop - l.pre.clientHeight < 8;
+          l.text.appendData(text);
+          if (l.text.length > 2 * LIVE_CHARS) l.text.deleteData(0, l.text.length - LIVE_CHARS);
+          if (atBottom) l.pre.scrollTop = l.pre.scrollHeight;
+        };
+        l.append = append;
+        const connect = () => {
+          if (l.stopped) return;
+          const es = new EventSource(atelierURL(base, ["commands", "current", "stream"], { from: l.at }));
+          l.source = es;
+          const at = (id) => {
+            const n = Number(id);
+            if (id !== "" && Number.isFinite(n) && n >= 0) l.at = n;
+          };
+          es.addEventListener("out", (e) => {
+            if (es !== l.source) return;
+            let bytes;
+            try {
+              bytes = bytesOf(e.data);
+            } catch (_) {
+              return; // not base64: never from our server
+            }
+            at(e.lastEventId);
+            append(l.decoder.decode(bytes, { stream: true }));
+          });
+          es.addEventListener("gap", (e) => {
+            if (es !== l.source) return;
+            at(e.lastEventId);
+            l.decoder = new TextDecoder();
+            const n = Number(e.data);
+            append("\n[… " + (Number.isFinite(n) ? n.toLocaleString("en") : e.data) + " bytes not kept …]\n");
+          });
+          es.addEventListener("resync", (e) => {
+            if (es !== l.source) return;
+            // This tab fell a whole ring behind: follow again from the
+            // last byte shown; the new stream tells the gap.
+            at(e.lastEventId);
+            es.close();
+            connect();
+          });
+          es.addEventListener("exit", (e) => {
+            if (es !== l.source) return;
+            at(e.lastEventId);
+            append(l.decoder.decode());
+            es.close();
+            l.source = null;
+            let info = {};
+            try {
+              info = JSON.parse(e.data) || {};
+            } catch (_) {
+              // keep the defaults
+            }
+            onExit(info, l);
+          });
+          es.addEventListener("error", () => {
+            if (es !== l.source || es.readyState === EventSource.CONNECTING) return; // the browser resumes by itself
+            // Refused: no command runs (yet, or any more), or too many
+            // streams.
+            es.close();
+            l.source = null;
+            if (retry()) l.retryTimer = setTimeout(connect, 500);
+          });
+        };
+        connect();
+        return l;
+      }
+
+      function stopFollowing() {
+        if (!live) return;
+        live.stopped = true;
+        clearTimeout(live.retryTimer);
+        if (live.source) live.source.close();
+        live = null;
+      }
+
       async function run() {
         if (!form || running || ended) return;
         const fields = new URLSearchParams(new FormData(form));
@@ -894,15 +1229,18 @@
         showPanel("command", false);
         setRunning(true);
         const began = performance.now();
-        const tickRun = () => show("Running " + line + " · " + seconds(performance.now() - began), "running");
-        tickRun();
-        timer = setInterval(tickRun, 100);
+        ticking(line, began);
+        // The answer comes when the command ends; meanwhile its output
+        // streams. Its exit event is left to the answer.
+        let answered = false;
+        follow(() => {}, () => !answered);
         let res;
         try {
           res = await call("POST", form.getAttribute("action"), {
             headers: { "Content-Type": "application/x-www-form-urlencoded", "HX-Request": "true", "Accept": "text/html" },
             body: fields,
           });
+          answered = true;
           const took = seconds(performance.now() - began);
           const body = await res.text();
           if (!res.ok) {
@@ -918,7 +1256,9 @@
             return;
           }
           // The server's own fragment (escaped by its templates) replaces
-          // the previous result.
+          // the output as it streamed: the same bytes, stdout and stderr
+          // apart, with the notes.
+          stopFollowing();
           if (resultEl) resultEl.innerHTML = body;
           const canceled = resultEl && resultEl.querySelector("[data-canceled]");
           show((canceled ? "Cancelled after " : "Finished in ") + took + ".", canceled ? "canceled" : "done");
@@ -926,9 +1266,70 @@
         } catch (err) {
           if (!(err instanceof Ended)) show("Could not run the command: " + trouble(err), "error");
         } finally {
+          answered = true;
+          stopFollowing();
           clearInterval(timer);
           setRunning(false);
         }
+      }
+
+      // resume follows a command the page was rendered beside (after a
+      // reload, or in another tab): its answer belongs to the request
+      // that ran it, so the stream's exit event ends it here.
+      function resume() {
+        if (!form || !form.dataset.running || ended) return;
+        const line = form.dataset.running;
+        const since = Date.parse(form.dataset.runningSince || "") || NaN;
+        const now = Date.parse(section.dataset.serverNow || "") || NaN;
+        const began = performance.now() - (Number.isNaN(since - now) ? 0 : Math.max(0, now - since));
+        showPanel("command", false);
+        setRunning(true);
+        ticking(line, began);
+        let over = false;
+        const finish = (text, state) => {
+          over = true;
+          stopFollowing();
+          clearInterval(timer);
+          setRunning(false);
+          show(text, state);
+          refreshPanels();
+        };
+        follow((info, l) => {
+          if (info.error) {
+            finish("Not finished: " + info.error, "error");
+            return;
+          }
+          if (!l.pre) l.append(" ");
+          const article = l.pre.parentNode;
+          const head = document.createElement("header");
+          const badge = document.createElement("span");
+          badge.className = "badge " + (info.canceled ? "warn" : info.code === 0 ? "ok" : "bad");
+          badge.textContent = info.canceled ? "cancelled" : "exit " + info.code;
+          const took = document.createElement("span");
+          took.className = "muted";
+          took.textContent = " " + (Number(info.durationMs) || 0) + " ms";
+          head.append(badge, took);
+          article.prepend(head);
+          article.dataset.exit = String(info.code);
+          if (info.canceled) article.dataset.canceled = "true";
+          if (Array.isArray(info.notes) && info.notes.length) {
+            const ul = document.createElement("ul");
+            ul.className = "notes";
+            for (const n of info.notes) {
+              const li = document.createElement("li");
+              li.textContent = String(n);
+              ul.appendChild(li);
+            }
+            article.appendChild(ul);
+          }
+          const ms = Number(info.durationMs) || 0;
+          finish((info.canceled ? "Cancelled after " : "Finished in ") + seconds(ms) + ".", info.canceled ? "canceled" : "done");
+        }, () => {
+          // It ended between the page's render and the stream: its answer
+          // went to the request that ran it; the history has its exit.
+          if (!over) finish("The command has ended; the history below has its exit status.", "done");
+          return false;
+        });
       }
 
       async function cancel() {
@@ -955,9 +1356,11 @@
         });
       }
       if (cancelBtn) cancelBtn.addEventListener("click", () => { cancel(); });
+      resume();
       return {
         run,
         ended() {
+          stopFollowing();
           if (runBtn) runBtn.disabled = true;
         },
       };
@@ -1157,11 +1560,19 @@
       if (!panelHidden() && root.classList.contains("wb-sized")) setPanel(panelHeight(), false);
     });
 
+    // A reload or a closed tab keeps where the person was.
+    window.addEventListener("pagehide", remember);
+    document.addEventListener("visibilitychange", () => { if (document.visibilityState === "hidden") remember(); });
+
     noteClock(section.dataset.idleDeadline, section.dataset.serverNow);
     activate(null, false);
+    forgetOldSessions();
+    // The editor area's own hint says what to do while nothing is open.
     const first = section.dataset.openPath;
-    if (first) openFile(first);
-    else say("Choose a file in the tree, or press Ctrl+P to find one.", "");
+    restore(first).finally(() => {
+      remembering = true;
+      remember();
+    });
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);

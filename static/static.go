@@ -7,5 +7,6 @@ import "embed"
 // FS holds app.css, app.js and vendor/.
 //
 //go:embed app.css app.js change.js code.js icons.svg import.js session.js terminal.js vendor
-//go:embed tree.js explorer.js
+//go:embed tree.js explorer.js favicon.ico
+//go:embed search.js
 var FS embed.FS

@@ -338,6 +338,16 @@
           const n = Number(e.data);
           this.note("[… " + (Number.isFinite(n) ? n.toLocaleString("en") : e.data) + " bytes not kept …]");
         });
+        es.addEventListener("resync", (e) => {
+          if (es !== this.source) return;
+          // This tab fell so far behind the shell's output that the server
+          // dropped its stream. Follow again from the last byte shown; the
+          // new stream says how much was lost, if anything was.
+          this.noteOffset(e.lastEventId);
+          es.close();
+          this.source = null;
+          this.connect();
+        });
         es.addEventListener("exit", (e) => {
           if (es !== this.source) return;
           this.noteOffset(e.lastEventId);

@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/internal/txwatch"
 )
 
 // Local keeps objects as files under a folder, by default <data>/objects.
@@ -68,6 +70,7 @@ func (l *Local) path(key string) string {
 
 // Get opens the object's file.
 func (l *Local) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	txwatch.Slow(ctx, "object store get")
 	if err := CheckKey(key); err != nil {
 		return nil, err
 	}
@@ -91,6 +94,7 @@ func (l *Local) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 
 // Stat returns the size of the object's file.
 func (l *Local) Stat(ctx context.Context, key string) (int64, error) {
+	txwatch.Slow(ctx, "object store stat")
 	if err := CheckKey(key); err != nil {
 		return 0, err
 	}
@@ -121,6 +125,7 @@ func (l *Local) PutBatched(ctx context.Context, key string, r io.Reader, size in
 // Sync makes every object written so far durable: one flush of the file
 // system that holds the store, instead of one per file and folder.
 func (l *Local) Sync(ctx context.Context) error {
+	txwatch.Slow(ctx, "object store sync")
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("storage: sync: %w", err)
 	}
@@ -136,6 +141,7 @@ func (l *Local) Sync(ctx context.Context) error {
 }
 
 func (l *Local) putKey(ctx context.Context, key string, r io.Reader, size int64, durable bool) error {
+	txwatch.Slow(ctx, "object store put")
 	if err := CheckKey(key); err != nil {
 		return err
 	}
@@ -189,6 +195,7 @@ func (l *Local) put(ctx context.Context, path string, r io.Reader, size int64, d
 // Delete removes the object's file. It never removes a folder, which a key's
 // file name can be when another key lives below it.
 func (l *Local) Delete(ctx context.Context, key string) error {
+	txwatch.Slow(ctx, "object store delete")
 	if err := CheckKey(key); err != nil {
 		return err
 	}

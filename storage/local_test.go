@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"atelier/storage"
-	"atelier/storage/storagetest"
+	"atelier/testrig/storagetest"
 )
 
 func TestLocal(t *testing.T) {

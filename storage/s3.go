@@ -14,6 +14,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"atelier/internal/txwatch"
 )
 
 // S3Config says where an S3-compatible object store is.
@@ -120,6 +122,7 @@ func (s *S3) ensureBucket(ctx context.Context) error {
 // Get opens the object. It asks the server at once, so a missing object or
 // an unreachable server shows here rather than at the first Read.
 func (s *S3) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	txwatch.Slow(ctx, "object store get")
 	if err := CheckKey(key); err != nil {
 		return nil, err
 	}
@@ -155,6 +158,7 @@ func (b *s3Body) Read(p []byte) (int, error) {
 
 // Stat asks the server for the object's size.
 func (s *S3) Stat(ctx context.Context, key string) (int64, error) {
+	txwatch.Slow(ctx, "object store stat")
 	if err := CheckKey(key); err != nil {
 		return 0, err
 	}
@@ -177,6 +181,7 @@ func (s *S3) Stat(ctx context.Context, key string) (int64, error) {
 // upload is cut off before its last byte, so the server stores nothing (a
 // multipart upload is aborted), and Put fails with ErrSizeMismatch.
 func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	txwatch.Slow(ctx, "object store put")
 	if err := CheckKey(key); err != nil {
 		return err
 	}
@@ -216,6 +221,7 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error
 
 // Delete removes the object; S3 reports no error for a missing one.
 func (s *S3) Delete(ctx context.Context, key string) error {
+	txwatch.Slow(ctx, "object store delete")
 	if err := CheckKey(key); err != nil {
 		return err
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"atelier/storage"
-	"atelier/storage/miniotest"
-	"atelier/storage/storagetest"
+	"atelier/testrig/miniotest"
+	"atelier/testrig/storagetest"
 )
 
 var bucketSeq atomic.Int64

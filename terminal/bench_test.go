@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"atelier/testrig/wait"
 )
 
 // Each benchmark measures its floor in the same run: the same shell on a
@@ -132,7 +134,7 @@ func cpuTime() time.Duration {
 // cpu-s is CPU time per run, shell and cat included.
 func BenchmarkThroughput(b *testing.B) {
 	path := textFile(b, throughputSize)
-	benchThroughput(b, bash, Options{}, path, path)
+	benchThroughput(b, func(s string) Launcher { return bash(s) }, Options{}, path, path)
 }
 
 // BenchmarkThroughputJailed is BenchmarkThroughput with the terminal's
@@ -145,7 +147,7 @@ func BenchmarkThroughputJailed(b *testing.B) {
 	if err := os.Rename(path, inside); err != nil {
 		b.Fatal(err)
 	}
-	benchThroughput(b, j.bash, j.options(), inside, "/workspace/text")
+	benchThroughput(b, j.bash, Options{}, inside, "/workspace/text")
 }
 
 const throughputSize = 256 << 20
@@ -153,7 +155,7 @@ const throughputSize = 256 << 20
 // benchThroughput times cat of the text file at floorPath on a bare PTY,
 // and of the same file, at path as the shell sees it, in a terminal whose
 // shell start starts.
-func benchThroughput(b *testing.B, start func(string) Starter, opts Options, floorPath, path string) {
+func benchThroughput(b *testing.B, start func(string) Launcher, opts Options, floorPath, path string) {
 	const size = throughputSize
 	script := "stty raw -echo; printf R; head -c1 >/dev/null; cat "
 	m := newManager(b, Config{})
@@ -228,7 +230,7 @@ func benchThroughput(b *testing.B, start func(string) Starter, opts Options, flo
 // discipline: written to a PTY master and read back (raw-p50/p99), and
 // through Input to the echoed byte decoded from the SSE stream (p50/p99).
 func BenchmarkKeystroke(b *testing.B) {
-	benchKeystroke(b, bash, Options{})
+	benchKeystroke(b, func(s string) Launcher { return bash(s) }, Options{})
 }
 
 // BenchmarkKeystrokeJailed is BenchmarkKeystroke with the terminal's shell
@@ -236,10 +238,10 @@ func BenchmarkKeystroke(b *testing.B) {
 // same plain PTY.
 func BenchmarkKeystrokeJailed(b *testing.B) {
 	j := newJail(b)
-	benchKeystroke(b, j.bash, j.options())
+	benchKeystroke(b, j.bash, Options{})
 }
 
-func benchKeystroke(b *testing.B, start func(string) Starter, opts Options) {
+func benchKeystroke(b *testing.B, start func(string) Launcher, opts Options) {
 	const script = "stty -icanon; printf R; exec cat >/dev/null"
 	master, done := bareShell(b, script)
 	defer done()
@@ -309,10 +311,7 @@ func BenchmarkResume(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer term.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for term.Offset() < size && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(b, wait.Long, "the file in the ring", func() bool { return term.Offset() >= size })
 	srv := serve(b, term)
 	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
@@ -392,10 +391,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for term.Offset() < 11 && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
+			wait.For(b, wait.Short, "the shell's first output", func() bool { return term.Offset() >= 11 })
 		}
 		ours += inUse() - before
 		if err := m.Close(); err != nil && !errors.Is(err, ErrClosed) {

@@ -2,10 +2,7 @@ package terminal
 
 import (
 	"io"
-	"os"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // maxHeld bounds how many inputs may wait for an earlier sequence number;
@@ -182,23 +179,5 @@ func (q *inputQueue) writeTo(w io.Writer) {
 			q.close()
 			return
 		}
-	}
-}
-
-// tryWrite is one write to f, a non-blocking file, that never waits for
-// room: it answers how much f took, 0 when it is full or gone (the writer
-// then meets the same and deals with it).
-func tryWrite(f *os.File) func(p []byte) int {
-	raw, err := f.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return func(p []byte) int {
-		n := 0
-		_ = raw.Write(func(fd uintptr) bool {
-			n, _ = unix.Write(int(fd), p)
-			return true
-		})
-		return max(n, 0)
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"atelier/testrig/wait"
 )
 
 // TestInputQueueOrder checks the queue alone: out-of-order numbers wait
@@ -52,7 +54,7 @@ func TestInputQueueOrder(t *testing.T) {
 	q.closed = false
 	q.mu.Unlock()
 	go func() {
-		waitFor(t, 5*time.Second, "the writer", func() bool { return q.length() == 0 })
+		wait.For(t, wait.Short, "the writer", func() bool { return q.length() == 0 })
 		q.close()
 	}()
 	q.writeTo(&w)
@@ -208,7 +210,9 @@ func TestInputQueueWritesAheadOfItsWriter(t *testing.T) {
 	var tries atomic.Int64
 	q := newInputQueue(1<<20, func(p []byte) int {
 		tries.Add(1)
-		time.Sleep(50 * time.Microsecond) // long enough for writes to meet
+		// Not a wait: a slow PTY, so that add's attempts and the
+		// writer's meet.
+		time.Sleep(50 * time.Microsecond)
 		n, _ := got.Write(p[:min(len(p), 3)])
 		return n
 	})
@@ -232,7 +236,7 @@ func TestInputQueueWritesAheadOfItsWriter(t *testing.T) {
 		})
 	}
 	adds.Wait()
-	waitFor(t, 5*time.Second, "the queue to drain", func() bool { return q.length() == 0 })
+	wait.For(t, wait.Short, "the queue to drain", func() bool { return q.length() == 0 })
 	q.close()
 	<-written
 	if got.String() != want.String() {

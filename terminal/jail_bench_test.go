@@ -62,9 +62,10 @@ func newJail(b *testing.B) *jail {
 	return j
 }
 
-// bash is a Starter of script in the jail, with the network denied.
-func (j *jail) bash(script string) Starter {
-	return func(tty *os.File) (Process, error) {
+// bash launches script in the jail, with the network denied, on a PTY
+// whose slave is the session's uid's, as an edit session's shell.
+func (j *jail) bash(script string) Launcher {
+	return owned{uid: int(j.uid), gid: int(j.uid), start: func(tty *os.File) (Process, error) {
 		p, err := j.sb.Start(sandbox.Spec{
 			UID: j.uid, GID: j.uid, Workspace: j.dir, Dir: j.dir, Home: j.home, Tmp: j.tmp,
 			Argv:     []string{"/bin/bash", "--noprofile", "--norc", "-c", script},
@@ -74,13 +75,7 @@ func (j *jail) bash(script string) Starter {
 			return nil, err
 		}
 		return jailedProcess{p}, nil
-	}
-}
-
-// options give the PTY's slave to the session's uid, as an edit session
-// does.
-func (j *jail) options() Options {
-	return Options{SlaveUID: int(j.uid), SlaveGID: int(j.uid)}
+	}}
 }
 
 type jailedProcess struct{ p *sandbox.Process }

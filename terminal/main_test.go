@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"atelier/sandbox"
+	"atelier/terminal/hostpty"
 )
 
 // TestMain starts the sandbox's init helper first, for the jailed
@@ -28,6 +30,40 @@ import (
 func TestMain(m *testing.M) {
 	sandbox.Init()
 	goleak.VerifyTestMain(m)
+}
+
+// Starter launches a process of the test's on a PTY of this host, which
+// it must make the process's stdin, stdout, stderr and controlling
+// terminal; the PTY's slave stays the server's.
+type Starter func(tty *os.File) (Process, error)
+
+func (start Starter) Launch(cols, rows int, _ Options) (Stream, Process, error) {
+	return onPTY(start, cols, rows, -1, -1)
+}
+
+// owned is a Starter whose PTY's slave goes to uid and gid, as a
+// session's does.
+type owned struct {
+	start    Starter
+	uid, gid int
+}
+
+func (o owned) Launch(cols, rows int, _ Options) (Stream, Process, error) {
+	return onPTY(o.start, cols, rows, o.uid, o.gid)
+}
+
+func onPTY(start Starter, cols, rows, uid, gid int) (Stream, Process, error) {
+	master, tty, err := hostpty.Open(cols, rows, uid, gid)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tty.Close()
+	p, err := start(tty)
+	if err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	return master, p, nil
 }
 
 // bash returns a Starter that runs script the way the sandbox runs a
@@ -59,7 +95,13 @@ func newManager(t testing.TB, cfg Config) *Manager {
 // openShell opens a terminal running script for account "ann".
 func openShell(t testing.TB, m *Manager, script string, opts Options) *Terminal {
 	t.Helper()
-	term, err := m.Open("ann", bash(script), opts)
+	return openOn(t, m, bash(script), opts)
+}
+
+// openOn opens a terminal launched by launch for account "ann".
+func openOn(t testing.TB, m *Manager, launch Launcher, opts Options) *Terminal {
+	t.Helper()
+	term, err := m.Open("ann", launch, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +190,31 @@ type stream struct {
 // Last-Event-ID, and query is added to the URL.
 func dial(t testing.TB, srv *httptest.Server, lastID, query string) *stream {
 	t.Helper()
+	return dialWith(t, srv.Client(), srv, lastID, query, 64)
+}
+
+// dialTight opens a stream of srv that takes from the server only what
+// the test reads, and a few KiB: its socket's receive buffer is 4 KiB and
+// its events wait unbuffered. Such a viewer is never ahead of one the
+// test reads faster, however slowly the test runs.
+func dialTight(t testing.TB, srv *httptest.Server, query string) *stream {
+	t.Helper()
+	d := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var err error
+		if cerr := c.Control(func(fd uintptr) {
+			err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10)
+		}); cerr != nil {
+			return cerr
+		}
+		return err
+	}}
+	client := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	t.Cleanup(client.CloseIdleConnections)
+	return dialWith(t, client, srv, "", query, 0)
+}
+
+func dialWith(t testing.TB, client *http.Client, srv *httptest.Server, lastID, query string, buffered int) *stream {
+	t.Helper()
 	req, err := http.NewRequest("GET", srv.URL+"/stream"+query, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +222,7 @@ func dial(t testing.TB, srv *httptest.Server, lastID, query string) *stream {
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
-	res, err := srv.Client().Do(req)
+	res, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +231,7 @@ func dial(t testing.TB, srv *httptest.Server, lastID, query string) *stream {
 		res.Body.Close()
 		t.Fatalf("stream: %s: %s", res.Status, b)
 	}
-	s := &stream{t: t, res: res, events: make(chan event, 64), done: make(chan struct{})}
+	s := &stream{t: t, res: res, events: make(chan event, buffered), done: make(chan struct{})}
 	go s.loop()
 	t.Cleanup(s.close)
 	return s
@@ -173,7 +240,11 @@ func dial(t testing.TB, srv *httptest.Server, lastID, query string) *stream {
 func (s *stream) loop() {
 	defer close(s.done)
 	defer close(s.events)
-	br := bufio.NewReaderSize(s.res.Body, 64<<10)
+	size := 64 << 10
+	if cap(s.events) == 0 { // a tight viewer reads ahead of the test by a few KiB only
+		size = 4 << 10
+	}
+	br := bufio.NewReaderSize(s.res.Body, size)
 	var e event
 	for {
 		line, err := br.ReadString('\n')
@@ -255,18 +326,6 @@ func (s *stream) collect(from uint64, wait time.Duration) ([]byte, event, int) {
 		case "exit":
 			return out.Bytes(), e, gaps
 		}
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after wait.
-func waitFor(t testing.TB, wait time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", wait, what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -17,20 +17,20 @@ const minRing = 64 << 10
 
 // Config holds the limits of a Manager; zero fields take the defaults.
 type Config struct {
-	AccountShells  int // running shells per account; 4
+	AccountShells  int // running shells per account here (the leases bound them on all instances); 4
 	InstanceShells int // running shells on this instance; 32
 	RingBytes      int // output kept per terminal for replay; 1 MiB, at least 64 KiB
 	InputBytes     int // input queued per terminal; 2 MiB, at least 1 MiB
 	Viewers        int // output streams attached to one terminal at once; 8
 
-	// An attached viewer with more than HighWater bytes unsent pauses the
-	// shell's output until every viewer is at LowWater or below. Defaults:
-	// half and a quarter of RingBytes.
+	// While the viewer furthest ahead has more than HighWater bytes
+	// unsent, the shell's output pauses until it is at LowWater or below.
+	// Defaults: half and a quarter of RingBytes.
 	HighWater, LowWater int
 
 	EventBytes   int           // raw bytes in one out event at most; 32 KiB
 	Heartbeat    time.Duration // comment line on an idle stream; 15 s
-	WriteTimeout time.Duration // a viewer whose write stalls this long is dropped; 10 s
+	WriteTimeout time.Duration // a viewer whose write stalls this long is dropped; 5 s
 	ExitGrace    time.Duration // how long output may trickle in after the shell ends; 2 s
 	KeepEnded    int           // ended terminals kept for their last output; InstanceShells
 }
@@ -60,7 +60,7 @@ func (c Config) withDefaults() Config {
 	c.LowWater = min(c.LowWater, c.HighWater)
 	def(&c.EventBytes, 32<<10)
 	defDur(&c.Heartbeat, 15*time.Second)
-	defDur(&c.WriteTimeout, 10*time.Second)
+	defDur(&c.WriteTimeout, 5*time.Second)
 	defDur(&c.ExitGrace, 2*time.Second)
 	def(&c.KeepEnded, c.InstanceShells)
 	return c
@@ -97,8 +97,13 @@ func (m *Manager) Config() Config { return m.cfg }
 type Slot struct {
 	m       *Manager
 	account string
+	id      string    // of the terminal it is for
 	state   slotState // guarded by m.mu
 }
+
+// ID is the id the terminal opened in the slot will have, so the opener can
+// record the shell before it starts.
+func (s *Slot) ID() string { return s.id }
 
 type slotState int
 
@@ -125,7 +130,7 @@ func (m *Manager) Reserve(account string) (*Slot, error) {
 	}
 	m.byAccount[account]++
 	m.running++
-	return &Slot{m: m, account: account}, nil
+	return &Slot{m: m, account: account, id: newID()}, nil
 }
 
 // Release gives back a slot that no terminal uses. It is safe to call more
@@ -147,18 +152,17 @@ func (m *Manager) releaseLocked(s *Slot) {
 }
 
 // Open reserves a slot for account and opens a terminal in it.
-func (m *Manager) Open(account string, start Starter, opts Options) (*Terminal, error) {
+func (m *Manager) Open(account string, launch Launcher, opts Options) (*Terminal, error) {
 	s, err := m.Reserve(account)
 	if err != nil {
 		return nil, err
 	}
-	return m.OpenWith(s, start, opts)
+	return m.OpenWith(s, launch, opts)
 }
 
-// OpenWith starts a shell in a reserved slot: it creates the PTY, sets its
-// size and owner, and calls start with the slave end. On failure the slot
-// is released.
-func (m *Manager) OpenWith(s *Slot, start Starter, opts Options) (*Terminal, error) {
+// OpenWith starts a shell in a reserved slot through launch. On failure
+// the slot is released.
+func (m *Manager) OpenWith(s *Slot, launch Launcher, opts Options) (*Terminal, error) {
 	if s == nil || s.m != m {
 		return nil, ErrSlotUsed
 	}
@@ -170,7 +174,7 @@ func (m *Manager) OpenWith(s *Slot, start Starter, opts Options) (*Terminal, err
 	s.state = slotUsed
 	m.mu.Unlock()
 
-	t, err := open(s.account, m.cfg, start, opts)
+	t, err := open(s.id, s.account, m.cfg, launch, opts)
 	if err != nil {
 		m.mu.Lock()
 		m.releaseLocked(s)

@@ -7,21 +7,20 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // openFake opens a terminal on a cheap stand-in for a shell: no process,
 // only a held copy of the tty, and a Wait that returns once killed.
 func openFake(m *Manager, account string) (*Terminal, error) {
 	var p *fakeProcess
-	start := func(tty *os.File) (Process, error) {
+	start := Starter(func(tty *os.File) (Process, error) {
 		dup, err := os.OpenFile(tty.Name(), os.O_RDWR|syscall.O_NOCTTY, 0)
 		if err != nil {
 			return nil, err
 		}
 		p = &fakeProcess{tty: dup, killed: make(chan struct{})}
 		return p, nil
-	}
+	})
 	return m.Open(account, start, Options{Kill: func() error { return p.kill() }})
 }
 
@@ -133,7 +132,7 @@ func TestShellLimitsDefaults(t *testing.T) {
 func TestFailedOpenReleasesSlots(t *testing.T) {
 	m := newManager(t, Config{AccountShells: 1, InstanceShells: 1})
 	boom := errors.New("sandbox says no")
-	failing := func(*os.File) (Process, error) { return nil, boom }
+	failing := Starter(func(*os.File) (Process, error) { return nil, boom })
 	for range 3 {
 		if _, err := m.Open("ann", failing, Options{}); !errors.Is(err, boom) {
 			t.Fatalf("open with a failing starter: %v", err)
@@ -194,9 +193,8 @@ func TestEndedTerminalsAreBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-term.Done()
+		<-term.Done() // closed once the manager counts it ended
 		ids = append(ids, term.ID())
-		time.Sleep(time.Millisecond)
 	}
 	if _, err := m.Get(ids[0]); !errors.Is(err, ErrNotFound) {
 		t.Errorf("oldest ended terminal kept: %v", err)

@@ -16,114 +16,136 @@ type viewer struct {
 	off  uint64 // the next offset to send; it moves once bytes are in an event
 	flow bool   // its writes have a deadline, so it may hold the reader back
 	// waiting says the viewer has sent everything and waits on wake, which
-	// has room for one wake-up (Terminal.wakeViewers). Both under t.mu.
+	// has room for one wake-up (Output.wakeViewers). Both under o.mu.
 	waiting bool
 	wake    chan struct{}
 }
 
-// ServeStream sends the terminal's output as Server-Sent Events. It starts
-// at the Last-Event-ID header, else the from query parameter, else the
-// oldest byte still in the ring, and sends:
+// ServeStream sends the terminal's output as Server-Sent Events; see
+// Output.ServeStream. The viewer furthest ahead sets the shell's pace
+// (see waitForViewers), so a lone viewer that keeps reading never loses a
+// byte.
+func (t *Terminal) ServeStream(w http.ResponseWriter, r *http.Request) error {
+	return t.out.ServeStream(w, r)
+}
+
+// ServeStream sends the output as Server-Sent Events. It starts at the
+// Last-Event-ID header, else the from query parameter, else the oldest
+// byte still in the ring, and sends:
 //
-//	event: out   id: offset after the bytes   data: base64 of the raw bytes
-//	event: gap   id: offset it resumes at      data: how many bytes were lost
-//	event: exit  id: final offset              data: {"code":3,"signal":""}
+//	event: out     id: offset after the bytes   data: base64 of the raw bytes
+//	event: gap     id: offset it resumes at      data: how many bytes were lost
+//	event: resync  id: offset it had reached     data: resync
+//	event: exit    id: final offset              data: End's JSON, e.g. {"code":3,"signal":""}
 //
-// plus a ": ping" comment when idle for Config.Heartbeat. A gap comes only
-// when the wanted bytes have left the ring, and never to a viewer that kept
-// reading: while one lags, the shell's output waits for it. exit follows
-// the last output byte, and then the stream ends.
+// plus a ": ping" comment when idle for Config.Heartbeat. A gap comes
+// first when the wanted bytes have already left the ring. A viewer that
+// falls so far behind the writer (or, for a paced writer, the other
+// viewers) that bytes it still needs leave the ring gets resync and its
+// stream ends: the page reconnects from that offset (and is told the
+// gap). exit follows the last output byte, and then the stream ends.
 //
 // The error is for a request refused before anything is written
 // (ErrBadOffset; ErrViewers past Config.Viewers); once streaming,
-// ServeStream returns nil when the client goes away, its write stalls past Config.WriteTimeout, or exit is sent.
-// Each write gets its own deadline through http.ResponseController, so the
-// server needs no write timeout, which would cut every stream. A writer
-// without deadlines (ErrNotSupported) still streams, but never holds the
-// shell back: it may get a gap instead.
-func (t *Terminal) ServeStream(w http.ResponseWriter, r *http.Request) error {
+// ServeStream returns nil when the client goes away, falls behind, its
+// write stalls past Config.WriteTimeout, or exit is sent. Each write gets
+// its own deadline through http.ResponseController, so the server needs no
+// write timeout, which would cut every stream. A writer without deadlines
+// (ErrNotSupported) still streams, but never holds a paced writer back.
+func (o *Output) ServeStream(w http.ResponseWriter, r *http.Request) error {
 	from, given, err := resumeOffset(r)
 	if err != nil {
 		return err
 	}
 	rc := http.NewResponseController(w)
-	v := &viewer{flow: rc.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout)) == nil, wake: make(chan struct{}, 1)}
+	v := &viewer{flow: rc.SetWriteDeadline(time.Now().Add(o.cfg.WriteTimeout)) == nil, wake: make(chan struct{}, 1)}
 	if v.flow {
 		defer rc.SetWriteDeadline(time.Time{})
 	}
 
-	t.mu.Lock()
+	o.mu.Lock()
 	if !given {
-		from = t.out.start()
+		from = o.ring.start()
 	}
-	if from > t.out.end {
-		t.mu.Unlock()
+	if from > o.ring.end {
+		o.mu.Unlock()
 		return ErrBadOffset
 	}
 	// Each viewer holds a connection and a descriptor; a bound per
-	// terminal keeps one page opened in many tabs (or a script) from
+	// output keeps one page opened in many tabs (or a script) from
 	// exhausting the server's.
-	if len(t.viewers) >= t.cfg.Viewers {
-		t.mu.Unlock()
+	if len(o.viewers) >= o.cfg.Viewers {
+		o.mu.Unlock()
 		return ErrViewers
 	}
 	v.off = from
-	t.viewers[v] = struct{}{}
-	t.mu.Unlock()
-	defer t.detach(v)
+	o.viewers[v] = struct{}{}
+	o.mu.Unlock()
+	defer o.detach(v)
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	s := &eventWriter{w: w, rc: rc, deadline: v.flow, timeout: t.cfg.WriteTimeout}
+	s := &eventWriter{w: w, rc: rc, deadline: v.flow, timeout: o.cfg.WriteTimeout}
 	if s.flush() != nil {
 		return nil
 	}
 
-	ping := time.NewTicker(t.cfg.Heartbeat)
+	ping := time.NewTicker(o.cfg.Heartbeat)
 	defer ping.Stop()
-	raw := make([]byte, t.cfg.EventBytes)
+	raw := make([]byte, o.cfg.EventBytes)
+	// A resume from bytes that already left the ring is told how many.
+	o.mu.Lock()
+	if start := o.ring.start(); v.off < start {
+		lost := start - v.off
+		v.off = start
+		o.mu.Unlock()
+		if s.event("gap", start, strconv.AppendUint(raw[:0], lost, 10)) != nil {
+			return nil
+		}
+	} else {
+		o.mu.Unlock()
+	}
 	for {
-		t.mu.Lock()
-		switch start := t.out.start(); {
+		o.mu.Lock()
+		switch start := o.ring.start(); {
 		case v.off < start:
-			lost := start - v.off
-			v.off = start
-			t.mu.Unlock()
-			if s.event("gap", start, strconv.AppendUint(raw[:0], lost, 10)) != nil {
-				return nil
-			}
-			continue
-		case v.off < t.out.end:
-			// Everything the shell wrote since the last event, up to
-			// EventBytes, becomes one event. Events are gathered until the
-			// viewer has caught up or flushBytes are waiting, then written
-			// and flushed together: a busy shell costs one write and one
+			// Bytes this viewer still needed were overwritten while it was
+			// attached: the writer (or the others) went on without it.
+			off := v.off
+			o.mu.Unlock()
+			s.event("resync", off, []byte("resync"))
+			return nil
+		case v.off < o.ring.end:
+			// Everything written since the last event, up to EventBytes,
+			// becomes one event. Events are gathered until the viewer has
+			// caught up or flushBytes are waiting, then written and
+			// flushed together: a busy writer costs one write and one
 			// flush per batch rather than per read.
-			n := t.out.read(v.off, raw)
-			t.mu.Unlock()
+			n := o.ring.read(v.off, raw)
+			o.mu.Unlock()
 			s.output(v.off+uint64(n), raw[:n])
-			t.mu.Lock()
+			o.mu.Lock()
 			v.off += uint64(n)
-			more := v.off < t.out.end
-			if t.paused {
-				t.drained.Signal()
+			more := v.off < o.ring.end
+			if o.paused {
+				o.drained.Signal()
 			}
-			t.mu.Unlock()
+			o.mu.Unlock()
 			if (!more || len(s.buf) >= flushBytes) && s.flush() != nil {
 				return nil
 			}
 			continue
-		case t.ended:
-			data, _ := json.Marshal(t.exit)
-			t.mu.Unlock()
+		case o.ended:
+			data := o.exit
+			o.mu.Unlock()
 			s.event("exit", v.off, data)
 			return nil
 		}
 		v.waiting = true
-		t.mu.Unlock()
+		o.mu.Unlock()
 
 		select {
 		case <-v.wake:
@@ -142,13 +164,13 @@ func (t *Terminal) ServeStream(w http.ResponseWriter, r *http.Request) error {
 // enough to keep each viewer's buffer modest.
 const flushBytes = 64 << 10
 
-// detach removes v; the reader may have been waiting for it.
-func (t *Terminal) detach(v *viewer) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.viewers, v)
-	if t.paused {
-		t.drained.Signal()
+// detach removes v; a paced writer may have been waiting for it.
+func (o *Output) detach(v *viewer) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.viewers, v)
+	if o.paused {
+		o.drained.Signal()
 	}
 }
 

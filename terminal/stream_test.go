@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"atelier/testrig/wait"
 )
 
 // ready reads out events until the shell has printed marker, which a raw
@@ -176,7 +178,7 @@ func TestResumeInsideABatch(t *testing.T) {
 	path, data := randomFile(t, size, 7)
 	m := newManager(t, Config{EventBytes: batch})
 	term := openShell(t, m, "stty raw -echo; printf R; cat "+path+"; head -c1 >/dev/null", Options{})
-	waitFor(t, 10*time.Second, "the whole file in the ring", func() bool { return term.Offset() == 1+size })
+	wait.For(t, wait.Long, "the whole file in the ring", func() bool { return term.Offset() == 1+size })
 	srv := serve(t, term)
 
 	s := dial(t, srv, "", "?from=0")
@@ -320,7 +322,8 @@ func TestSlowViewerPausesProducer(t *testing.T) {
 		}
 	}
 	read(4 << 20)
-	// A slow reader: one event every 2 ms; the shell waits for it.
+	// A slow reader: one event every 2 ms; the shell waits for it. The
+	// pause is the reader's slowness, not a wait.
 	for range 200 {
 		read(1)
 		time.Sleep(2 * time.Millisecond)
@@ -329,18 +332,22 @@ func TestSlowViewerPausesProducer(t *testing.T) {
 	// Stop reading: the server's writes fill the socket, its backlog
 	// passes the high-water mark, and the reader stops.
 	var stopped uint64
-	waitFor(t, 10*time.Second, "the producer to stop", func() bool {
+	wait.For(t, wait.Long, "the producer to stop", func() bool {
+		// Not a wait: stopped means not moving for a while, and the
+		// while is what this measures.
 		a := term.Offset()
 		time.Sleep(200 * time.Millisecond)
 		stopped = term.Offset()
 		return a == stopped
 	})
-	term.mu.Lock()
-	paused := term.paused
-	term.mu.Unlock()
+	term.out.mu.Lock()
+	paused := term.out.paused
+	term.out.mu.Unlock()
 	if !paused {
 		t.Fatal("offset stopped but the reader is not paused")
 	}
+	// Not a wait: the viewer stays silent, and the producer must stay
+	// stopped all that while.
 	time.Sleep(2 * time.Second)
 	if now := term.Offset(); now != stopped {
 		t.Fatalf("offset moved from %d to %d while the viewer did not read", stopped, now)
@@ -361,18 +368,62 @@ func TestStalledViewerIsDropped(t *testing.T) {
 	s := dial(t, serve(t, term), "", "?from=0")
 	s.ready("R")
 	term.Input(1, []byte("g")) // and never read again
-	waitFor(t, 10*time.Second, "the producer to stop", func() bool {
-		term.mu.Lock()
-		defer term.mu.Unlock()
-		return term.paused
+	wait.For(t, wait.Long, "the producer to stop", func() bool {
+		term.out.mu.Lock()
+		defer term.out.mu.Unlock()
+		return term.out.paused
 	})
 	stopped := term.Offset()
-	waitFor(t, 10*time.Second, "the stalled viewer to be dropped", func() bool {
-		term.mu.Lock()
-		defer term.mu.Unlock()
-		return len(term.viewers) == 0
+	wait.For(t, wait.Long, "the stalled viewer to be dropped", func() bool {
+		return term.Viewers() == 0
 	})
-	waitFor(t, 10*time.Second, "output to flow again", func() bool { return term.Offset() > stopped+4<<20 })
+	wait.For(t, wait.Long, "output to flow again", func() bool { return term.Offset() > stopped+4<<20 })
+}
+
+// TestLaggingViewerIsDroppedWithResync: of two viewers, one stops reading
+// (its write stalls, yet well within the write timeout). The other sets
+// the pace: it gets 32 MiB of `yes` without waiting, far past what the
+// ring keeps. When the stopped one reads again, it gets what it had been
+// sent, then resync at the offset it had reached, and its stream ends.
+func TestLaggingViewerIsDroppedWithResync(t *testing.T) {
+	m := newManager(t, Config{WriteTimeout: time.Minute})
+	term := openShell(t, m, "stty raw -echo; printf R; head -c1 >/dev/null; exec yes", Options{})
+	srv := serve(t, term)
+	fast := dial(t, srv, "", "?from=0")
+	slow := dialTight(t, srv, "?from=0")
+	off := fast.ready("R")
+	slow.ready("R")
+	term.Input(1, []byte("g"))
+
+	// slow takes nothing more until the test reads it, so its socket
+	// fills at once and the server's write to it stalls.
+	for end := off + 32<<20; off < end; {
+		e := fast.next(5 * time.Second)
+		if e.name != "out" {
+			t.Fatalf("the reading viewer got %s at %d", e.name, off)
+		}
+		off = e.offset(t)
+	}
+
+	var reached uint64
+	for {
+		e := slow.next(10 * time.Second)
+		if e.name == "resync" {
+			reached = e.offset(t)
+			break
+		}
+		if e.name != "out" {
+			t.Fatalf("the stopped viewer got %s before resync", e.name)
+		}
+		reached = e.offset(t)
+	}
+	if reached >= off-uint64(term.cfg.RingBytes) {
+		t.Fatalf("resync at %d, but the other viewer was at %d with a ring of %d", reached, off, term.cfg.RingBytes)
+	}
+	if _, ok := <-slow.events; ok {
+		t.Fatal("the stream went on after resync")
+	}
+	wait.For(t, wait.Short, "the dropped viewer to detach", func() bool { return term.Viewers() == 1 })
 }
 
 // TestFloodWithoutViewerStaysInRing: nobody attached, so output keeps
@@ -385,7 +436,7 @@ func TestFloodWithoutViewerStaysInRing(t *testing.T) {
 
 	m := newManager(t, Config{RingBytes: ringSize})
 	term := openShell(t, m, "stty raw -echo; exec yes", Options{})
-	waitFor(t, 30*time.Second, "64 MiB of output", func() bool { return term.Offset() > 64<<20 })
+	wait.For(t, wait.Long, "64 MiB of output", func() bool { return term.Offset() > 64<<20 })
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 
@@ -461,18 +512,6 @@ func TestViewersPerTerminalAreBounded(t *testing.T) {
 		t.Fatalf("fourth viewer: %s %q (%s), want 429 before streaming", res.Status, body, res.Header.Get("Content-Type"))
 	}
 	open[0].close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		term.mu.Lock()
-		n := len(term.viewers)
-		term.mu.Unlock()
-		if n < 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a closed viewer still holds its place: %d viewers", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, wait.Short, "a closed viewer to give up its place", func() bool { return term.Viewers() < 3 })
 	dial(t, srv, "", "")
 }

@@ -1,14 +1,15 @@
-// Package terminal runs interactive shells on PTYs for the browser: output
+// Package terminal runs interactive shells for the browser: output
 // goes to viewers as a Server-Sent Events stream that resumes at an exact
 // byte offset, and input comes back as numbered chunks applied in order.
 //
 // A Manager bounds how many shells run (per account and per instance) and
-// finds them again by id. Each Terminal owns one PTY master, a ring of its
-// recent output, and three goroutines: a reader that moves PTY output into
-// the ring, a writer that feeds queued input to the PTY, and a waiter that
-// collects the shell's exit. How the shell process is started (as which
-// user, in which sandbox) is the caller's business: it passes a Starter that
-// is handed the PTY's slave end.
+// finds them again by id. Each Terminal owns one Stream (a sandbox
+// provider's console, or a PTY master of this host), a ring of its recent output, and three goroutines:
+// a reader that moves the stream's output into the ring, a writer that
+// feeds queued input to the stream, and a waiter that collects the shell's
+// exit. How and where the shell process is started (as which user, in
+// which sandbox, on which machine) is the caller's business: it passes a
+// Launcher.
 package terminal
 
 import (
@@ -19,9 +20,6 @@ import (
 	"os"
 	"sync"
 	"time"
-
-	"github.com/creack/pty"
-	"golang.org/x/sys/unix"
 
 	"atelier/fault"
 )
@@ -46,10 +44,31 @@ var (
 // MaxSize is the most columns or rows a terminal may have.
 const MaxSize = 1000
 
-// Starter launches the shell on tty, the PTY's slave end, which it must make
-// the shell's stdin, stdout, stderr and controlling terminal (Setsid and
-// Setctty). The terminal closes its own copy of tty once Starter returns.
-type Starter func(tty *os.File) (Process, error)
+// Launcher starts a shell with a window of cols×rows, and returns the
+// stream of its terminal and the process to wait for. On failure nothing of
+// it is left running.
+type Launcher interface {
+	Launch(cols, rows int, opts Options) (Stream, Process, error)
+}
+
+// Stream is a shell's terminal as a Terminal drives it, wherever the shell
+// runs: output to read, input to write, a window to size. Nothing in it is
+// a file of this host, so a shell on another machine can have one.
+type Stream interface {
+	// Read returns the shell's output; it fails once no writer is left,
+	// at the read deadline, or once the stream is closed.
+	Read(p []byte) (int, error)
+	SetReadDeadline(t time.Time) error
+	// Write gives the shell input, waiting for room.
+	Write(p []byte) (int, error)
+	// TryWrite gives the shell what it takes of p now, without waiting:
+	// 0 when it is full or gone.
+	TryWrite(p []byte) int
+	// Resize sets the window size; an error wrapping os.ErrClosed once
+	// the stream is closed.
+	Resize(cols, rows int) error
+	Close() error
+}
 
 // Process is a started shell.
 type Process interface {
@@ -70,11 +89,6 @@ type Exit struct {
 type Options struct {
 	Cols, Rows int // window size before the shell starts; 80×24 when zero
 
-	// SlaveUID and SlaveGID own the PTY's slave end (mode 0620), so the
-	// shell's user can reopen /dev/tty. Zero keeps the owner pty.Open gave
-	// it: the server's own user and group.
-	SlaveUID, SlaveGID int
-
 	// Kill ends every process of the shell. Close calls it, and so does the
 	// end of the shell, to take down what the shell left behind; it may run
 	// twice, even at once. By default the session and process group of
@@ -88,25 +102,23 @@ type Options struct {
 	Tag any
 }
 
-// Terminal is one shell on a PTY.
+// Terminal is one shell on a Stream.
 type Terminal struct {
 	id      string
 	account string
 	tag     any
 	opened  time.Time
 	cfg     Config
-	master  *os.File
+	stream  Stream
 	proc    Process
 	kill    func() error
 	in      *inputQueue
 	mgr     *Manager
 	slot    *Slot
 
+	out *Output // the PTY's output, paced by its viewers
+
 	mu      sync.Mutex
-	drained sync.Cond // the reader waits here while a viewer lags
-	out     *ring
-	viewers map[*viewer]struct{}
-	paused  bool // the reader waits on drained
 	closing bool // Close was called
 	exited  bool // the shell has ended; exit holds how
 	exit    Exit
@@ -121,9 +133,8 @@ type Terminal struct {
 	killed     bool // Close's kill succeeded
 }
 
-// open creates the PTY and starts the shell on it; run starts the
-// terminal's goroutines.
-func open(account string, cfg Config, start Starter, opts Options) (*Terminal, error) {
+// open launches the shell; run starts the terminal's goroutines.
+func open(id, account string, cfg Config, launch Launcher, opts Options) (*Terminal, error) {
 	cols, rows := opts.Cols, opts.Rows
 	if cols == 0 && rows == 0 {
 		cols, rows = 80, 24
@@ -131,33 +142,27 @@ func open(account string, cfg Config, start Starter, opts Options) (*Terminal, e
 	if !validSize(cols, rows) {
 		return nil, ErrBadSize
 	}
-	master, tty, err := pty.Open()
-	if err != nil {
-		return nil, fmt.Errorf("terminal: open a pty: %w", err)
-	}
-	p, master, err := startShell(master, tty, cols, rows, start, opts)
+	stream, p, err := launch.Launch(cols, rows, opts)
 	if err != nil {
 		return nil, err
 	}
 	t := &Terminal{
-		id:         newID(),
+		id:         id,
 		account:    account,
 		tag:        opts.Tag,
 		opened:     time.Now(),
 		cfg:        cfg,
-		master:     master,
+		stream:     stream,
 		proc:       p,
 		kill:       opts.Kill,
-		in:         newInputQueue(cfg.InputBytes, tryWrite(master)),
-		out:        newRing(cfg.RingBytes),
-		viewers:    make(map[*viewer]struct{}),
+		in:         newInputQueue(cfg.InputBytes, stream.TryWrite),
+		out:        newOutput(cfg),
 		cols:       cols,
 		rows:       rows,
 		readerDone: make(chan struct{}),
 		writerDone: make(chan struct{}),
 		done:       make(chan struct{}),
 	}
-	t.drained.L = &t.mu
 	if t.kill == nil {
 		pid := p.Pid()
 		t.kill = func() error { return killSession(pid) }
@@ -170,86 +175,13 @@ func (t *Terminal) run() {
 	go t.read()
 	go func() {
 		defer close(t.writerDone)
-		t.in.writeTo(t.master)
+		t.in.writeTo(t.stream)
 	}()
 	go t.wait()
 }
 
-// startShell sizes the PTY, hands its slave to start, and returns the shell
-// with a master the runtime poller drives. Every failure closes both ends.
-func startShell(master, tty *os.File, cols, rows int, start Starter, opts Options) (Process, *os.File, error) {
-	defer tty.Close()
-	// pty.Open leaves the master in blocking mode (its ioctls go through
-	// Fd). A blocking read cannot be interrupted: neither a deadline nor
-	// Close would stop the reader. So take a non-blocking duplicate, which
-	// os.NewFile registers with the poller.
-	fd, err := unix.FcntlInt(master.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	master.Close()
-	if err != nil {
-		return nil, nil, fmt.Errorf("terminal: duplicate the pty master: %w", err)
-	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
-		return nil, nil, fmt.Errorf("terminal: pty master: %w", err)
-	}
-	master = os.NewFile(uintptr(fd), "/dev/ptmx")
-	fail := func(err error) (Process, *os.File, error) {
-		master.Close()
-		return nil, nil, err
-	}
-	if err := setSize(master, cols, rows); err != nil {
-		return fail(err)
-	}
-	if opts.SlaveUID != 0 || opts.SlaveGID != 0 {
-		uid, gid := opts.SlaveUID, opts.SlaveGID
-		if uid == 0 {
-			uid = -1
-		}
-		if gid == 0 {
-			gid = -1
-		}
-		if err := tty.Chown(uid, gid); err != nil {
-			return fail(fmt.Errorf("terminal: give the pty to the shell's user: %w", err))
-		}
-	}
-	if err := tty.Chmod(0o620); err != nil {
-		return fail(fmt.Errorf("terminal: pty mode: %w", err))
-	}
-	// The shell must get a blocking descriptor; Fd makes it so whatever the
-	// starter does with the file.
-	tty.Fd()
-	p, err := start(tty)
-	if err != nil {
-		return fail(fmt.Errorf("terminal: start the shell: %w", err))
-	}
-	return p, master, nil
-}
-
 func validSize(cols, rows int) bool {
 	return cols >= 1 && cols <= MaxSize && rows >= 1 && rows <= MaxSize
-}
-
-// setSize sets the window size through the poller's descriptor: pty.Setsize
-// would call Fd and put the master back in blocking mode.
-func setSize(f *os.File, cols, rows int) error {
-	sc, err := f.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("terminal: resize: %w", err)
-	}
-	var ierr error
-	err = sc.Control(func(fd uintptr) {
-		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: uint16(rows), Col: uint16(cols)})
-	})
-	if errors.Is(err, os.ErrClosed) {
-		return ErrClosed
-	}
-	if err == nil {
-		err = ierr
-	}
-	if err != nil {
-		return fmt.Errorf("terminal: resize: %w", err)
-	}
-	return nil
 }
 
 func newID() string {
@@ -303,25 +235,13 @@ func (t *Terminal) Size() (cols, rows int) {
 
 // Offset is the absolute offset just after the newest output byte: how
 // many bytes the shell has written in all.
-func (t *Terminal) Offset() uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.out.end
-}
+func (t *Terminal) Offset() uint64 { return t.out.Offset() }
 
 // Viewers is how many viewers follow the output now.
-func (t *Terminal) Viewers() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.viewers)
-}
+func (t *Terminal) Viewers() int { return t.out.Viewers() }
 
 // Oldest is the offset of the oldest output byte still in the ring.
-func (t *Terminal) Oldest() uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.out.start()
-}
+func (t *Terminal) Oldest() uint64 { return t.out.Oldest() }
 
 // Input queues data as input number seq and returns the queued input
 // length: bytes accepted but not yet written to the PTY. Numbers start at 1
@@ -351,7 +271,9 @@ func (t *Terminal) Resize(cols, rows int) error {
 	if t.ended {
 		return ErrClosed
 	}
-	if err := setSize(t.master, cols, rows); err != nil {
+	if err := t.stream.Resize(cols, rows); errors.Is(err, os.ErrClosed) {
+		return ErrClosed
+	} else if err != nil {
 		return err
 	}
 	t.cols, t.rows = cols, rows
@@ -369,8 +291,8 @@ func (t *Terminal) Close() error {
 	if !t.killed {
 		t.mu.Lock()
 		t.closing = true
-		t.drained.Broadcast()
 		t.mu.Unlock()
+		t.out.unpace()
 		select {
 		case <-t.done:
 		default:
@@ -392,79 +314,23 @@ func (t *Terminal) read() {
 	defer close(t.readerDone)
 	buf := make([]byte, readChunk)
 	for {
+		t.out.waitRoom()
 		t.mu.Lock()
-		t.waitForViewers(0)
 		exited := t.exited
 		t.mu.Unlock()
 		if exited {
 			// Something the shell left holds the PTY open; give it a short
 			// while to finish writing rather than waiting for it forever.
-			t.master.SetReadDeadline(time.Now().Add(t.cfg.ExitGrace))
+			t.stream.SetReadDeadline(time.Now().Add(t.cfg.ExitGrace))
 		}
-		n, err := t.master.Read(buf)
+		n, err := t.stream.Read(buf)
 		if n > 0 {
-			t.mu.Lock()
-			t.waitForViewers(n)
-			t.out.write(buf[:n])
-			t.wakeViewers()
-			t.mu.Unlock()
+			t.out.writePaced(buf[:n])
 		}
 		if err != nil {
 			// EIO: every slave descriptor is closed. A deadline or a closed
 			// master: we stopped waiting. Any of them ends the output.
 			return
-		}
-	}
-}
-
-// waitForViewers holds the reader while an attached viewer lags. With
-// n == 0 it is the high-water check before a read: a backlog above
-// HighWater pauses reading until every backlog is at most LowWater. With
-// n > 0 it makes room for n bytes just read, so that appending them cannot
-// drop a byte an attached viewer has not sent. Either way the wait is one
-// condition that each viewer's progress re-checks; there is nothing to
-// reschedule, so reading resumes however long the pause was.
-//
-// t.mu must be held.
-func (t *Terminal) waitForViewers(n int) {
-	if n == 0 && t.backlog() <= t.cfg.HighWater {
-		return
-	}
-	limit := t.cfg.LowWater
-	if n > 0 {
-		limit = t.out.max - n
-	}
-	for !t.closing && t.backlog() > limit {
-		t.paused = true
-		t.drained.Wait()
-	}
-	t.paused = false
-}
-
-// backlog is the most output any flow-controlled viewer has yet to send.
-// t.mu must be held.
-func (t *Terminal) backlog() int {
-	most := 0
-	start := t.out.start()
-	for v := range t.viewers {
-		if v.flow {
-			most = max(most, int(t.out.end-max(v.off, start)))
-		}
-	}
-	return most
-}
-
-// wakeViewers tells waiting viewers that something changed. Each has a
-// channel of its own, made once, so waking costs no allocation however
-// often the shell writes. t.mu must be held.
-func (t *Terminal) wakeViewers() {
-	for v := range t.viewers {
-		if v.waiting {
-			v.waiting = false
-			select {
-			case v.wake <- struct{}{}:
-			default: // a wake-up is pending already
-			}
 		}
 	}
 }
@@ -479,18 +345,17 @@ func (t *Terminal) wait() {
 	t.mu.Lock()
 	t.exit, t.exited = e, true
 	t.mu.Unlock()
-	t.master.SetReadDeadline(time.Now().Add(t.cfg.ExitGrace))
+	t.stream.SetReadDeadline(time.Now().Add(t.cfg.ExitGrace))
 	t.kill() // best effort: leftovers only hold the PTY open, and the deadline ends the reader
 	<-t.readerDone
 
 	t.in.close()
 	t.mu.Lock()
-	// Viewers send the exit event once they see ended; Resize checks it
-	// under t.mu, so it never meets the closed master.
+	// Resize checks ended under t.mu, so it never meets the closed stream.
 	t.ended = true
-	t.master.Close() // unblocks a writer stuck on a full PTY
-	t.wakeViewers()
+	t.stream.Close() // unblocks a writer stuck on a full PTY
 	t.mu.Unlock()
+	t.out.End(e) // viewers send the exit event once they have the rest
 	<-t.writerDone
 	t.mu.Lock()
 	closing := t.closing

@@ -133,7 +133,7 @@ func TestSlaveOwnerAndMode(t *testing.T) {
 		t.Skip("precondition: giving the tty to another user (chown) needs root")
 	}
 	m := newManager(t, Config{})
-	term := openShell(t, m, `stat -c '%u:%g:%a' "$(tty)"`, Options{SlaveUID: 1234, SlaveGID: 5})
+	term := openOn(t, m, owned{bash(`stat -c '%u:%g:%a' "$(tty)"`), 1234, 5}, Options{})
 	out, _, _ := dial(t, serve(t, term), "", "?from=0").collect(0, 5*time.Second)
 	if string(out) != "1234:5:620\r\n" {
 		t.Errorf("tty owner and mode %q, want 1234:5:620", out)

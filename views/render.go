@@ -114,18 +114,11 @@ var funcs = template.FuncMap{
 	},
 	"ms":    func(d time.Duration) int64 { return d.Milliseconds() },
 	"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") },
-	"age": func(t time.Time) string {
-		d := time.Since(t).Round(time.Second)
-		switch {
-		case d < time.Minute:
-			return "just now"
-		case d < time.Hour:
-			return fmt.Sprintf("%d min ago", int(d.Minutes()))
-		case d < 48*time.Hour:
-			return fmt.Sprintf("%d h ago", int(d.Hours()))
-		}
-		return fmt.Sprintf("%d days ago", int(d.Hours()/24))
-	},
+	// when writes a moment as people read it: how long ago, with the exact
+	// time on hover and for machines.
+	"when": when,
+	// took writes a duration in milliseconds as people read it.
+	"took": took,
 	"deref": func(s *string) string {
 		if s == nil {
 			return ""
@@ -140,6 +133,12 @@ var funcs = template.FuncMap{
 	// icon names the tree's icon of an entry; crumbs splits a path.
 	"icon":   iconOf,
 	"crumbs": crumbsOf,
+	// shown writes a name or path with what a browser would hide escaped;
+	// shownPiece a piece of one.
+	"shown":      shown,
+	"shownPiece": shownPiece,
+	// projectTabs starts the tabs every page of a project shows.
+	"projectTabs": tabsOf,
 	// since is how long ago t was, to the second.
 	"since": func(t time.Time) time.Duration { return time.Since(t).Round(time.Second) },
 }
@@ -177,6 +176,21 @@ func (r *Renderer) Render(c *gin.Context, status int, name string, view any) err
 	}
 	c.Data(status, "text/html; charset=utf-8", buf.Bytes())
 	return nil
+}
+
+// Fragment renders the partial name ("partials/search_file") with view
+// into bytes, for an answer written in pieces (a stream of events).
+func (r *Renderer) Fragment(c *gin.Context, name string, view any) ([]byte, error) {
+	set, ok := r.sets[name]
+	if !ok {
+		return nil, fmt.Errorf("views: no template %q", name)
+	}
+	var buf bytes.Buffer
+	user, csrf := r.chrome(c)
+	if err := set.ExecuteTemplate(&buf, strings.TrimPrefix(name, "partials/"), Page{User: user, CSRF: csrf, Data: view}); err != nil {
+		return nil, fmt.Errorf("views: %s: %w", name, err)
+	}
+	return buf.Bytes(), nil
 }
 
 // WantsJSON reports whether the client asked for JSON rather than HTML.

@@ -7,7 +7,8 @@ import (
 
 const (
 	maxDirName = 64
-	// maxDerived leaves room for a "-N" suffix when names collide.
+	// maxDerived is the readable part's length; it leaves room for
+	// DirNameFor's "--" and the id of any project.
 	maxDerived = 56
 )
 
@@ -33,8 +34,9 @@ func dirNameByte(c byte) bool {
 // DirNameFrom derives a managed folder name from a free-text project name.
 // Letters, digits and '_' are kept; every run of anything else (hyphens
 // included, so "a - b" gives "a-b") becomes one '-'. Hyphens at either end
-// are trimmed and the result is cut to 56 characters, so a "-N" suffix from
-// DirNameCandidate still fits. A name with nothing left becomes "project".
+// are trimmed and the result is cut to 56 characters (DirNameFor cuts it
+// further when a long id needs the room). A name with nothing left becomes
+// "project".
 func DirNameFrom(projectName string) string {
 	var b strings.Builder
 	sep := false
@@ -63,20 +65,19 @@ func DirNameFrom(projectName string) string {
 	return name
 }
 
-// DirNameCandidate returns the n-th name to try for base: base itself for
-// n <= 1, then base-2, base-3, … The result is always a valid name: base is
-// cut when the suffix would make it longer than 64, and a base that is not
-// valid is first put through DirNameFrom.
-func DirNameCandidate(base string, n int) string {
-	if !ValidDirName(base) {
-		base = DirNameFrom(base)
+// DirNameFor is the managed folder of a new project: the name's readable
+// part (DirNameFrom, cut to fit), "--", and the project's id, as in
+// "my-app--17" or, for a name with no ASCII letter or digit, "project--18".
+// It cannot collide, whatever names people choose: the readable part never
+// holds "--" nor ends in '-', so the id is what follows the name's last
+// "--" and two projects' names differ as their ids do; and the names
+// folders had before (DirNameFrom, then "-2", "-3" … on a clash) never hold
+// "--", so no new name meets an old one.
+func DirNameFor(projectName string, id int64) string {
+	suffix := "--" + strconv.FormatInt(id, 10)
+	slug := DirNameFrom(projectName)
+	if room := maxDirName - len(suffix); len(slug) > room {
+		slug = strings.TrimRight(slug[:room], "-")
 	}
-	if n <= 1 {
-		return base
-	}
-	suffix := "-" + strconv.Itoa(n)
-	if len(base)+len(suffix) > maxDirName {
-		base = base[:maxDirName-len(suffix)]
-	}
-	return base + suffix
+	return slug + suffix
 }

@@ -1,6 +1,8 @@
 package workspace
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -69,33 +71,69 @@ func TestDirNameFrom(t *testing.T) {
 	}
 }
 
-func TestDirNameCandidate(t *testing.T) {
-	long := strings.Repeat("x", 64)
+// A new project's folder name is valid for every name and id, and no two
+// projects' names meet: not two new ones (whatever their names), and not a
+// new one and a name the earlier scheme gave (DirNameFrom, then "-2" …).
+func TestDirNameFor(t *testing.T) {
+	const maxID = int64(^uint64(0) >> 1)
 	tests := []struct {
-		base string
-		n    int
+		name string
+		id   int64
 		want string
 	}{
-		{"app", 1, "app"},
-		{"app", 0, "app"},
-		{"app", 2, "app-2"},
-		{"app", 10, "app-10"},
-		{strings.Repeat("a", 56), 999999, strings.Repeat("a", 56) + "-999999"},
-		{long, 2, strings.Repeat("x", 62) + "-2"},
-		{long, 1, long},
-		{"My Project", 3, "My-Project-3"},
-		{"", 2, "project-2"},
+		{"app", 17, "app--17"},
+		{"My Project", 3, "My-Project--3"},
+		{"日本", 18, "project--18"},
+		{"!!!", 19, "project--19"},
+		{"a - b -", 1, "a-b--1"},
+		{strings.Repeat("a", 200), 5, strings.Repeat("a", 56) + "--5"},
+		{strings.Repeat("a", 200), maxID, strings.Repeat("a", 64-2-19) + "--9223372036854775807"},
+		{strings.Repeat("ab ", 30), maxID, strings.Repeat("ab-", 14) + "a--9223372036854775807"},
+		{strings.Repeat("a", 42) + " b", maxID, strings.Repeat("a", 42) + "--9223372036854775807"},
+		{strings.Repeat("ab ", 30) + "x", 10, strings.TrimSuffix(strings.Repeat("ab-", 19), "-") + "--10"},
 	}
 	for _, tt := range tests {
-		got := DirNameCandidate(tt.base, tt.n)
+		got := DirNameFor(tt.name, tt.id)
 		if got != tt.want {
-			t.Errorf("DirNameCandidate(%q, %d) = %q, want %q", tt.base, tt.n, got, tt.want)
+			t.Errorf("DirNameFor(%q, %d) = %q, want %q", tt.name, tt.id, got, tt.want)
 		}
 		if !ValidDirName(got) {
-			t.Errorf("DirNameCandidate(%q, %d) = %q is not valid", tt.base, tt.n, got)
+			t.Errorf("DirNameFor(%q, %d) = %q is not valid", tt.name, tt.id, got)
 		}
 	}
-	if got := DirNameCandidate(long, int(^uint(0)>>1)); !ValidDirName(got) {
-		t.Errorf("DirNameCandidate with the largest n = %q is not valid", got)
+
+	names := []string{"", "a", "a 1", "a-1", "a--1", "1", "project", "project 2", "日本", "a 1 1", strings.Repeat("z", 70)}
+	seen := map[string]string{}
+	for _, n := range names {
+		// The earlier scheme's every candidate for this name.
+		base := DirNameFrom(n)
+		for k := 1; k <= 100; k++ {
+			old := base
+			if k > 1 {
+				old += "-" + strconv.Itoa(k)
+			}
+			seen[old] = "earlier " + n
+		}
+	}
+	// Each project its own id, the short ones and the longest alike.
+	id := int64(0)
+	for _, n := range names {
+		for _, step := range []int64{1, 1, 9, 1, 88, 1} {
+			id += step
+			got := DirNameFor(n, id)
+			who := fmt.Sprintf("%q as project %d", n, id)
+			if other, ok := seen[got]; ok {
+				t.Errorf("%s gets %q, as %s did", who, got, other)
+			}
+			seen[got] = who
+		}
+	}
+	for i, n := range names {
+		id := maxID - int64(i)
+		got := DirNameFor(n, id)
+		if other, ok := seen[got]; ok {
+			t.Errorf("%q as project %d gets %q, as %s did", n, id, got, other)
+		}
+		seen[got] = n
 	}
 }

@@ -172,16 +172,17 @@ func within(p, dir string) bool {
 // In order: the lexical checks; for someone who is not a site admin, the
 // operator's list of folders (ATELIER_LOCAL_ROOTS), before the disk is
 // touched, so the answers cannot be used to learn what exists elsewhere on
-// the host; then the disk. The folder must exist, be a directory (a symlink
-// to one counts), lead through its symlinks to a place that passes the same
-// checks, be reached from / through folders no session user can change
-// (see checkFolder), and be writable and searchable by the server's own
+// the host, nor where the server's own folders are (see shownTo); then the
+// disk. The folder must exist, be a directory (a symlink to one counts),
+// lead through its symlinks to a place that passes the same checks, be
+// reached from / through folders no session user can change (see
+// checkFolder), and be writable and searchable by the server's own
 // account. It returns a *PathError for anything a person can fix, or
 // another error when the disk fails in a way they cannot. It writes
 // nothing.
 func (w *Workspaces) AdmitLocal(path string, siteAdmin bool) (Identity, error) {
 	if pe := w.lexical(path); pe != nil {
-		return Identity{}, pe
+		return Identity{}, w.shownTo(pe, path, "", siteAdmin)
 	}
 	if !siteAdmin && !w.inLocalRoots(path) {
 		return Identity{}, w.notAllowed(path, "")
@@ -205,7 +206,7 @@ func (w *Workspaces) AdmitLocal(path string, siteAdmin bool) (Identity, error) {
 		if pe := w.lexical(resolved); pe != nil {
 			pe.Path = path
 			pe.Message = fmt.Sprintf("The path leads through a symbolic link to %s. %s", resolved, pe.Message)
-			return Identity{}, pe
+			return Identity{}, w.shownTo(pe, path, resolved, siteAdmin)
 		}
 		if !siteAdmin && !w.inLocalRoots(resolved) {
 			return Identity{}, w.notAllowed(path, resolved)
@@ -239,6 +240,30 @@ func (w *Workspaces) inLocalRoots(p string) bool {
 		}
 	}
 	return false
+}
+
+// shownTo is the lexical refusal pe as the person who typed path may see
+// it; resolved is where a symlink took path, or "". Only site admins are
+// told that a path is, holds or lies in one of the server's own folders
+// (the data dir, the workspaces root, …): anyone else could find them by
+// trying paths. Outside ATELIER_LOCAL_ROOTS such a path is refused as any
+// other folder there is; inside them, where the person may otherwise
+// choose, it is "not allowed", with its reason kept and nothing said of
+// which folder is the server's.
+func (w *Workspaces) shownTo(pe *PathError, path, resolved string, siteAdmin bool) *PathError {
+	if siteAdmin || pe.Reason != ReasonOverlapsServer {
+		return pe
+	}
+	checked := path
+	if resolved != "" {
+		checked = resolved
+	}
+	if !w.inLocalRoots(checked) {
+		return w.notAllowed(path, resolved)
+	}
+	return &PathError{Path: path, Reason: ReasonOverlapsServer,
+		Message: "This folder is not allowed for a Local project.",
+		Hint:    "Choose another folder at or below " + strings.Join(w.localRoots, ", ") + "."}
 }
 
 // notAllowed refuses a folder outside the operator's list to someone who is
@@ -291,14 +316,14 @@ func (w *Workspaces) mountHint(path string) string {
 	if !w.inContainer {
 		return "Check the path for typing mistakes, or create the folder on the server first."
 	}
-	return "Mount it into the Atelier container at the same path: in compose.yaml, under volumes: of the atelier service, add the line " + composeLine(path)
+	return "Mount it into the Atelier container at the same path: in compose.yaml, under volumes: of each atelier service (atelier-a, atelier-b), add the line " + composeLine(path)
 }
 
 func (w *Workspaces) writableHint(path string) string {
 	if !w.inContainer {
 		return fmt.Sprintf("Let the account the server runs as (uid %d) write to it, or choose a folder it may write to.", os.Geteuid())
 	}
-	return "Mount it writable (without :ro) into the Atelier container at the same path, and let the account the server runs as write to it: in compose.yaml, under volumes: of the atelier service, the line is " +
+	return "Mount it writable (without :ro) into the Atelier container at the same path, and let the account the server runs as write to it: in compose.yaml, under volumes: of each atelier service (atelier-a, atelier-b), the line is " +
 		composeLine(path)
 }
 

@@ -49,21 +49,11 @@ type LocalPolicy struct {
 	Roots []string
 	// SessionUIDs never own a Local folder nor any folder above one.
 	SessionUIDs UIDRange
-	// InContainer says the server runs in a container (see InContainer),
-	// so a folder it cannot see may be one not mounted into it; the hints
-	// say so only then.
+	// InContainer says the server runs in Atelier's container, which sees
+	// only what compose.yaml mounts into it, so a folder it cannot see may
+	// be one not mounted there; the hints say so only then, and speak of
+	// the server's own file system otherwise.
 	InContainer bool
-}
-
-// InContainer reports whether this process runs in a Docker or Podman
-// container, by the marker files their runtimes create.
-func InContainer() bool {
-	for _, marker := range []string{"/.dockerenv", "/run/.containerenv"} {
-		if _, err := os.Stat(marker); err == nil {
-			return true
-		}
-	}
-	return false
 }
 
 // LocalOffer is what the new-project form tells a person before they type:

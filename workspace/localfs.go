@@ -130,7 +130,9 @@ func (l *LocalFS) fail(op, p string, err error) error {
 // reached through symlinks that stay inside the root. The .git folder is
 // left out, and so is any entry CheckRelPath would refuse as a name (a
 // spelling of .git, or bytes that are not UTF-8), so everything listed can
-// be asked for again.
+// be asked for again. Names CheckNewPath refuses (control characters,
+// bidirectional overrides, only spaces) are listed: the folder's owner
+// wrote them, and they can be read, though Atelier never writes one.
 func (l *LocalFS) ReadDir(dir string) ([]DirEntry, error) {
 	if err := CheckRelDir(dir); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package workspace
 import (
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"atelier/fault"
@@ -15,6 +16,16 @@ var ErrBadPath = fault.New(fault.BadInput, "bad_path", "workspace: bad path", "B
 // MaxRelPath is the longest path inside a project, in bytes. It matches the
 // kernel's PATH_MAX, which a path joined to its root could not exceed anyway.
 const MaxRelPath = 4096
+
+// Two checks guard a path inside a project. CheckRelPath is for paths that
+// name what may already be there: reads, downloads, listings, deletions and
+// the old side of a rename. Names that git and file systems hold, whoever
+// wrote them (a repository imported before CheckNewPath existed, a Local
+// folder's owner), stay readable. CheckNewPath is for paths that enter a
+// project's code through Atelier: a file or folder made, saved or renamed
+// in an edit session, an "Edit this file", an archive's entry, a git
+// source's tree, a capture of what a command wrote. It adds the rules for
+// names no terminal, diff or file list shows faithfully.
 
 // CheckRelPath accepts the path of a file or folder inside a project's tree
 // and returns nil, or an error wrapping ErrBadPath that says why it is
@@ -32,6 +43,42 @@ func CheckRelPath(p string) error {
 		return badPath(p, "the path is empty")
 	}
 	return checkRel(p)
+}
+
+// CheckNewPath is CheckRelPath for a path that enters a project (see
+// above): every component must also be a name a person can read as it is.
+// It refuses a control character (C0 U+0000–U+001F, DEL U+007F, C1
+// U+0080–U+009F: a newline splits the lines of every tool that lists
+// paths, an escape sequence recolours or rewrites a terminal), a
+// bidirectional override or isolate (U+202A–U+202E, U+2066–U+2069: they
+// show "txt.exe" as "exe.txt"), and a component made only of white space,
+// which looks like no name at all.
+func CheckNewPath(p string) error {
+	if err := CheckRelPath(p); err != nil {
+		return err
+	}
+	for name := range strings.SplitSeq(p, "/") {
+		if why := unreadable(name); why != "" {
+			return badPath(p, why)
+		}
+	}
+	return nil
+}
+
+// unreadable returns why name cannot be shown as it is, or "" when it can.
+func unreadable(name string) string {
+	for _, r := range name {
+		switch {
+		case r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f:
+			return "the name has a control character"
+		case r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069:
+			return "the name has a bidirectional override or isolate"
+		}
+	}
+	if strings.TrimFunc(name, unicode.IsSpace) == "" {
+		return "a name is only white space"
+	}
+	return ""
 }
 
 // CheckRelDir is CheckRelPath for folder listings, where "" names the root

@@ -78,6 +78,73 @@ func TestCheckRelPath(t *testing.T) {
 	}
 }
 
+// TestCheckNewPath: a path that enters a project passes CheckRelPath and
+// has no name a person cannot read as it is; CheckRelPath keeps reading
+// those names.
+func TestCheckNewPath(t *testing.T) {
+	tests := []struct {
+		path string
+		why  string // a substring of the refusal; "" means accepted
+	}{
+		{"a\nb.txt", "control character"},
+		{"\x1b[31mred", "control character"},
+		{"src/esc\x1b]0;title\x07", "control character"},
+		{"tab\there", "control character"},
+		{"bell\a", "control character"},
+		{"\x01", "control character"},
+		{"del\x7f", "control character"},
+		{"c1\u0085next-line", "control character"},
+		{"c1\u009bcsi", "control character"},
+		{"c1\u0080", "control character"},
+		{"evil\u202etxt.exe", "bidirectional"},
+		{"\u202aleft", "bidirectional"},
+		{"\u202bright", "bidirectional"},
+		{"\u202cpop", "bidirectional"},
+		{"\u202dlro", "bidirectional"},
+		{"iso\u2066late", "bidirectional"},
+		{"iso\u2067late", "bidirectional"},
+		{"iso\u2068late", "bidirectional"},
+		{"pop\u2069", "bidirectional"},
+		{"   ", "white space"},
+		{" ", "white space"},
+		{"src/   /x.go", "white space"},
+		{"\u00a0\u3000", "white space"},
+		{"../x", ".. component"}, // CheckRelPath's rules hold too
+		{"a//b", "empty component"},
+		{".git/config", ".git"},
+
+		{"src/main.go", ""},
+		{"a b.txt", ""},
+		{" leading and trailing ", ""},
+		{"ünï/cødé", ""},
+		{"\u00a0nbsp inside", ""},
+		{"\u00a0", "white space"},
+		{"right\u200fmark", ""}, // a mark, not an override: it reorders nothing after it
+		{"\u00a1\u00ff", ""},    // just past C1
+		{"\u2065\u206a", ""},    // either side of the isolates
+	}
+	for _, tt := range tests {
+		err := CheckNewPath(tt.path)
+		if tt.why == "" {
+			if err != nil {
+				t.Errorf("CheckNewPath(%q) = %v, want nil", tt.path, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrBadPath) || !strings.Contains(err.Error(), tt.why) {
+			t.Errorf("CheckNewPath(%q) = %v, want ErrBadPath saying %q", tt.path, err, tt.why)
+		}
+		// What is already there stays readable unless it could not be
+		// read at all.
+		if strings.Contains(tt.why, "component") || tt.why == ".git" {
+			continue
+		}
+		if err := CheckRelPath(tt.path); err != nil {
+			t.Errorf("CheckRelPath(%q) = %v: a name that exists must stay readable", tt.path, err)
+		}
+	}
+}
+
 // The root may be listed; it is never a file.
 func TestCheckRelDirRoot(t *testing.T) {
 	if err := CheckRelDir(""); err != nil {

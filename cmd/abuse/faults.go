@@ -575,8 +575,10 @@ func (c *client) save(base, path, content string) (int, string, error) {
 
 // commandResult is what the server answers for a one-shot command.
 type commandResult struct {
-	ExitCode int    `json:"exitCode"`
-	Stdout   string `json:"stdout"`
+	ExitCode int      `json:"exitCode"`
+	Stdout   string   `json:"stdout"`
+	Stderr   string   `json:"stderr"`
+	Notes    []string `json:"notes"`
 }
 
 func (c *client) runCommand(base, command string) (*commandResult, error) {

@@ -35,10 +35,10 @@ import (
 	"syscall"
 	"time"
 
-	"atelier/internal/liveserver"
 	"atelier/internal/tied"
 	"atelier/pgembed"
-	"atelier/storage/miniotest"
+	"atelier/testrig/liveserver"
+	"atelier/testrig/miniotest"
 )
 
 func main() {
@@ -64,29 +64,50 @@ type sizes struct {
 	slowFor       time.Duration
 	wrongLogins   int
 	streams       int
+	stalled       int // stalled readers of a project's events
+	stalledCycles int // edit sessions opened and discarded meanwhile, two events each
 	downloadBytes int64
 	downloads     int
 	largeFiles    int
 	largeFileSize int64
 	manyFiles     int
+	captureLarge  int           // files of 256 KiB a command writes
+	captureDepth  int           // folders deep
+	captureSmall  int           // files of one byte
+	uploads       int           // anonymous unterminated uploads at once
+	uploadBytes   int64         // each one's file part
+	bombZerosMiB  int           // what the zip of zeros unpacks to
+	bombEntries   int           // empty entries of the other zip
+	reclaimFiles  int           // files of each of the two imports a deleted project had
+	reclaimSize   int64         // their size
 	outage        time.Duration // how long PostgreSQL and MinIO stay down
 	p99Bound      time.Duration
+	// collectGrace is the server's ATELIER_COLLECT_GRACE_MS: longer than
+	// the largest import's publish takes, short enough to wait out.
+	collectGrace time.Duration
 }
 
 func sizesFor(short bool) sizes {
 	if short {
 		return sizes{slowConns: 200, slowFor: 10 * time.Second, wrongLogins: 100, streams: 100,
-			downloadBytes: 64 << 20, downloads: 10, largeFiles: 3, largeFileSize: 64 << 20, manyFiles: 2000,
+			stalled: 8, stalledCycles: 300, downloadBytes: 64 << 20, downloads: 10, largeFiles: 3, largeFileSize: 64 << 20, manyFiles: 2000,
+			captureLarge: 1000, captureDepth: 3000, captureSmall: 20000,
+			uploads: 3, uploadBytes: 100 << 20, bombZerosMiB: 4100, bombEntries: 1_200_000,
+			reclaimFiles: 4, reclaimSize: 16 << 20, collectGrace: 30 * time.Second,
 			outage: 3 * time.Second, p99Bound: time.Second}
 	}
 	return sizes{slowConns: 20000, slowFor: 40 * time.Second, wrongLogins: 300, streams: 20000,
-		downloadBytes: 200 << 20, downloads: 10, largeFiles: 7, largeFileSize: 250 << 20, manyFiles: 20000,
+		stalled: streamCap, stalledCycles: 2000, downloadBytes: 200 << 20, downloads: 10, largeFiles: 7, largeFileSize: 250 << 20, manyFiles: 20000,
+		captureLarge: 4000, captureDepth: 20000, captureSmall: 100000,
+		uploads: 100, uploadBytes: 100 << 20, bombZerosMiB: 8192, bombEntries: 1_200_000,
+		reclaimFiles: 8, reclaimSize: 64 << 20, collectGrace: 5 * time.Minute,
 		outage: 15 * time.Second, p99Bound: 100 * time.Millisecond}
 }
 
 const (
 	adminPassword = "abuse-admin-password-1"
 	victimName    = "victim"
+	victimPass    = "victim-password-123"
 	rssMax        = 512 << 20 // the server's resident memory, at any moment of a case that bounds it
 	streamCap     = 64
 )
@@ -101,7 +122,7 @@ type row struct {
 // the error says which bounds failed.
 func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 	sz := sizesFor(short)
-	srv, err := startServer(logw)
+	srv, err := startServer(logw, "ATELIER_COLLECT_GRACE_MS="+strconv.FormatInt(sz.collectGrace.Milliseconds(), 10))
 	if err != nil {
 		return "", err
 	}
@@ -111,7 +132,7 @@ func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := c.Post("/admin/users", url.Values{"username": {victimName}, "password": {"victim-password-123"}}); err != nil {
+	if err := c.Post("/admin/users", url.Values{"username": {victimName}, "password": {victimPass}}); err != nil {
 		return "", fmt.Errorf("abuse: create victim: %w", err)
 	}
 
@@ -135,14 +156,39 @@ func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 		func() (string, bool) { return slowBodies(srv.addr, sz.slowConns, sz.slowFor) })
 	measure("concurrent wrong passwords", fmt.Sprintf("%d parallel", sz.wrongLogins), false, true,
 		func() (string, bool) { return wrongPasswords(srv.base, sz.wrongLogins) })
+	measure("sign-in lockout attempt", fmt.Sprintf("1 address besieging, %d guessing, %s", lockoutAddrs, sz.slowFor), false, true,
+		func() (string, bool) { return signInLockout(srv.base, sz.slowFor) })
 	measure("stream flood (/admin/events)", fmt.Sprintf("%d streams, one account", sz.streams), false, false,
 		func() (string, bool) { return streamFlood(srv.addr, c, sz.streams) })
+	measure("stalled readers (/projects/{id}/events)", fmt.Sprintf("%d readers that never read, %d events", sz.stalled, 2*sz.stalledCycles), false, true,
+		func() (string, bool) { return stalledReaders(srv.addr, c, sz.stalled, sz.stalledCycles) })
 	measure("large download (/code/raw)", fmt.Sprintf("%d MiB file, %d at once", sz.downloadBytes>>20, sz.downloads), false, true,
 		func() (string, bool) { return largeDownload(c, sz.downloadBytes, sz.downloads) })
 	measure("large import (large files)", fmt.Sprintf("%d files of %d MiB", sz.largeFiles, sz.largeFileSize>>20), false, true,
 		func() (string, bool) { return largeImport(c, sz.largeFiles, sz.largeFileSize) })
 	measure("large import (many files)", fmt.Sprintf("%d files", sz.manyFiles), false, true,
 		func() (string, bool) { return manyFilesImport(c, sz.manyFiles) })
+	measure("capture (large files)", fmt.Sprintf("%d files of 256 KiB", sz.captureLarge), false, true,
+		func() (string, bool) {
+			return captureAttack(srv, c, "capture-large", captureLargeFiles(sz.captureLarge), !short)
+		})
+	measure("capture (deep tree)", fmt.Sprintf("%d folders deep", sz.captureDepth), false, true,
+		func() (string, bool) {
+			return captureAttack(srv, c, "capture-deep", captureDeepTree(sz.captureDepth), !short)
+		})
+	measure("capture (many files)", fmt.Sprintf("%d files of 1 byte", sz.captureSmall), false, true,
+		func() (string, bool) {
+			return captureAttack(srv, c, "capture-many", captureManyFiles(sz.captureSmall), !short)
+		})
+	measure("anonymous unterminated upload", fmt.Sprintf("%d conns, %d MiB part each, no closing boundary", sz.uploads, sz.uploadBytes>>20), false, true,
+		func() (string, bool) { return unterminatedUploads(srv, sz.uploads, sz.uploadBytes) })
+	measure("zip bomb", fmt.Sprintf("%d GiB of zeros; %d empty entries", sz.bombZerosMiB>>10, sz.bombEntries), false, true,
+		func() (string, bool) { return archiveBombs(srv, c, sz.bombZerosMiB, sz.bombEntries) })
+	measure("storage reclaimed", fmt.Sprintf("2 imports of %d files of %d MiB, delete, collect (grace %s)",
+		sz.reclaimFiles, sz.reclaimSize>>20, sz.collectGrace), false, true,
+		func() (string, bool) {
+			return storageReclaimed(srv, c, sz.reclaimFiles, sz.reclaimSize, sz.collectGrace)
+		})
 	measure("PostgreSQL restart", fmt.Sprintf("down %s under saves and reads", sz.outage), true, true,
 		func() (string, bool) { return databaseRestart(srv, c, sz.outage) })
 	measure("MinIO stop", fmt.Sprintf("down %s under Code page reads and an import", sz.outage), true, true,
@@ -151,6 +197,14 @@ func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 		func() (string, bool) { return serverKill(srv, c) })
 	measure("SIGKILL mid-verification", "a Change's check running, restart", true, true,
 		func() (string, bool) { return verifyKill(srv, c) })
+	measure(clusterRow, "2 instances behind HAProxy, round-robin; the session's holder SIGKILLed", true, false,
+		func() (string, bool) {
+			return clusterKill(srv, func(line string) { fmt.Fprintln(logw, "abuse: "+line) })
+		})
+	if pick.MatchString(embeddedRow) {
+		fmt.Fprintf(logw, "abuse: %s\n", embeddedRow)
+		rows = append(rows, measureEmbedded(srv, sz.p99Bound))
+	}
 
 	var b strings.Builder
 	b.WriteString("| attack | size | honest p50 / p99 | peak RSS | descriptors | result |\n|---|---|---|---|---|---|\n")
@@ -171,12 +225,14 @@ func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 // MinIO it stands on. The suite runs those itself, so it can stop and start
 // them under the server as an operator (or a crash) would.
 type server struct {
-	dir  string
-	addr string
-	base string
-	bin  string
-	env  []string
-	logw io.Writer // the server's output, kept in server.log
+	dir     string
+	dataDir string // ATELIER_DATA
+	tmp     string // the server's TMPDIR
+	addr    string
+	base    string
+	bin     string
+	env     []string
+	logw    io.Writer // the server's output, kept in server.log
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once cmd has been waited for
@@ -187,7 +243,8 @@ type server struct {
 	minio    *miniotest.Server
 }
 
-func startServer(logw io.Writer) (*server, error) {
+// startServer starts the server with env added to its environment.
+func startServer(logw io.Writer, env ...string) (*server, error) {
 	dir, err := os.MkdirTemp("", "atelier-abuse-")
 	if err != nil {
 		return nil, err
@@ -197,6 +254,7 @@ func startServer(logw io.Writer) (*server, error) {
 		s.stop()
 		return nil, err
 	}
+	s.env = append(s.env, env...)
 	if err := s.launch(); err != nil {
 		s.stop()
 		return nil, err
@@ -229,6 +287,10 @@ func (s *server) prepare(logw io.Writer) error {
 	if err := os.Mkdir(data, 0o711); err != nil {
 		return err
 	}
+	s.dataDir, s.tmp = data, filepath.Join(s.dir, "tmp")
+	if err := os.Mkdir(s.tmp, 0o700); err != nil {
+		return err
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -244,7 +306,13 @@ func (s *server) prepare(logw io.Writer) error {
 		"ATELIER_S3_ENDPOINT="+s.minio.Endpoint, "ATELIER_S3_BUCKET="+bucket,
 		"ATELIER_S3_ACCESS_KEY="+s.minio.AccessKey, "ATELIER_S3_SECRET_KEY="+s.minio.SecretKey,
 		"ATELIER_ADMIN_PASSWORD="+adminPassword, "ATELIER_SANDBOX_DISK_BYTES=0",
-		"ATELIER_IMPORT_MAX_BYTES="+strconv.Itoa(300<<20))
+		"ATELIER_IMPORT_MAX_BYTES="+strconv.Itoa(300<<20),
+		// The full run's large import unpacks to 1.75 GiB.
+		"ATELIER_IMPORT_MAX_EXPANDED_BYTES="+strconv.Itoa(2<<30), "TMPDIR="+s.tmp,
+		// One account opens a session in each row's project.
+		"ATELIER_MAX_SESSIONS_PER_USER=1000",
+		// Where a second instance hands it requests (clusterKill).
+		"ATELIER_INTERNAL_URL="+s.base, "ATELIER_CLUSTER_SECRET="+clusterSecret)
 	return nil
 }
 
@@ -284,13 +352,22 @@ func (s *server) launch() error {
 // restart stops the server as an operator does (SIGTERM) and starts it
 // again.
 func (s *server) restart() error {
+	s.terminate()
+	return s.launch()
+}
+
+// terminate ends the server with SIGTERM so it finishes its requests, or
+// with SIGKILL when it has not exited 30 s later.
+func (s *server) terminate() {
+	if s.cmd == nil {
+		return
+	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.exited:
 	case <-time.After(30 * time.Second):
 		s.kill()
 	}
-	return s.launch()
 }
 
 // keepLog copies the server's log out of the folder stop removes and
@@ -317,14 +394,7 @@ func (s *server) kill() {
 // stop ends the server with SIGTERM so it finishes its requests, then
 // PostgreSQL and MinIO, and removes the suite's folder.
 func (s *server) stop() {
-	if s.cmd != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(30 * time.Second):
-			s.kill()
-		}
-	}
+	s.terminate()
 	if s.pg != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_ = s.pg.Stop(ctx)
@@ -571,13 +641,7 @@ func wrongPasswords(base string, n int) (string, bool) {
 			defer wg.Done()
 			d := attackerDialer(i)
 			hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
-			token := strings.Repeat("c", 40)
-			form := url.Values{"username": {victimName}, "password": {fmt.Sprintf("wrong-%d", i)}}
-			req, _ := http.NewRequest(http.MethodPost, base+"/login", strings.NewReader(form.Encode()))
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-			req.Header.Set("X-CSRF-Token", token)
-			req.AddCookie(&http.Cookie{Name: "atelier_csrf", Value: token})
-			resp, err := hc.Do(req)
+			resp, err := wrongPassword(hc, base, i)
 			if err != nil {
 				other.Add(1)
 				return
@@ -594,6 +658,123 @@ func wrongPasswords(base string, n int) (string, bool) {
 	wg.Wait()
 	detail := fmt.Sprintf("%d of %d answered 429, %d errors", throttled.Load(), n, other.Load())
 	return detail, throttled.Load() > 0 && other.Load() == 0
+}
+
+// wrongPassword signs in as the victim with the i-th wrong password, with
+// a CSRF pair of its own as a browser would send it.
+func wrongPassword(hc *http.Client, base string, i int) (*http.Response, error) {
+	token := strings.Repeat("c", 40)
+	form := url.Values{"username": {victimName}, "password": {fmt.Sprintf("wrong-%d", i)}}
+	req, _ := http.NewRequest(http.MethodPost, base+"/login", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-CSRF-Token", token)
+	req.AddCookie(&http.Cookie{Name: "atelier_csrf", Value: token})
+	return hc.Do(req)
+}
+
+// lockoutAddrs is how many addresses the lockout attempt's guesser with
+// many addresses has.
+const lockoutAddrs = 50
+
+// signInLockout tries to lock the victim out of their account. For dur one
+// address sends a wrong password as soon as each of its waits ends; then
+// lockoutAddrs others send one wrong password each, and then another. All
+// along the victim signs in with the right password from an address of
+// their own every 250 ms. Every sign-in of the victim must succeed; the
+// besieging address must be made to wait, and so must every second try of
+// the others.
+func signInLockout(base string, dur time.Duration) (string, bool) {
+	var checked, throttled, secondsRefused, victimIn, victimOut, other atomic.Int64
+	var firstErr atomic.Value
+	fail := func(why string) {
+		other.Add(1)
+		firstErr.CompareAndSwap(nil, why)
+	}
+	// guess sends a wrong password from hc and says what came back.
+	guess := func(hc *http.Client, i int) (status int, wait time.Duration) {
+		resp, err := wrongPassword(hc, base, i)
+		if err != nil {
+			fail(err.Error())
+			return 0, 0
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		return resp.StatusCode, time.Duration(secs) * time.Second
+	}
+	from := func(i int) *http.Client {
+		d := attackerDialer(i)
+		return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: d.DialContext}}
+	}
+	victimSignsIn := func() {
+		if _, err := signIn(base, victimName, victimPass); err != nil {
+			victimOut.Add(1)
+			firstErr.CompareAndSwap(nil, "the victim: "+err.Error())
+			return
+		}
+		victimIn.Add(1)
+	}
+	stop := make(chan struct{})
+	victimDone := make(chan struct{})
+	go func() {
+		defer close(victimDone)
+		for {
+			victimSignsIn()
+			select {
+			case <-stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+
+	deadline := time.Now().Add(dur)
+	besieger := from(0)
+	for i := 0; time.Now().Before(deadline); i++ {
+		status, wait := guess(besieger, i)
+		if status == http.StatusUnauthorized {
+			checked.Add(1)
+			continue
+		}
+		if status != http.StatusTooManyRequests {
+			fail(fmt.Sprintf("the besieging address got %d", status))
+			break
+		}
+		throttled.Add(1)
+		time.Sleep(min(wait, time.Until(deadline)))
+	}
+
+	var wg sync.WaitGroup
+	clients := make([]*http.Client, lockoutAddrs)
+	for k := range clients {
+		clients[k] = from(100 * (k + 1)) // an address of its own
+		wg.Go(func() {
+			if status, _ := guess(clients[k], 0); status != http.StatusUnauthorized {
+				fail(fmt.Sprintf("a first try got %d, want 401", status))
+			}
+		})
+	}
+	wg.Wait()
+	for _, hc := range clients {
+		wg.Go(func() {
+			if status, _ := guess(hc, 1); status == http.StatusTooManyRequests {
+				secondsRefused.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-victimDone
+	victimSignsIn()
+
+	detail := fmt.Sprintf("the victim signed in %d of %d times; the besieging address had %d wrong passwords checked, %d answered 429; %d of %d second tries from other addresses answered 429",
+		victimIn.Load(), victimIn.Load()+victimOut.Load(), checked.Load(), throttled.Load(), secondsRefused.Load(), lockoutAddrs)
+	if e := firstErr.Load(); e != nil {
+		detail += fmt.Sprintf(" (first failure: %s)", e)
+	}
+	ok := victimOut.Load() == 0 && victimIn.Load() > 0 && throttled.Load() > 0 &&
+		secondsRefused.Load() == lockoutAddrs && other.Load() == 0
+	return detail, ok
 }
 
 // streamFlood opens n event streams as one account and holds them; at most

@@ -18,7 +18,7 @@ import (
 
 	"github.com/creack/pty"
 
-	"atelier/internal/liveserver"
+	"atelier/testrig/liveserver"
 )
 
 type bench struct {
@@ -32,8 +32,11 @@ type bench struct {
 }
 
 func newBench(sz sizes, ttydSrc string, logw io.Writer) (*bench, error) {
+	// Each round opens a session on a project of its own, all as one
+	// account: -rounds past the person's bound of sessions must still run.
 	srv, err := liveserver.Start(logw, "ATELIER_SANDBOX_DISK_BYTES=0",
-		"ATELIER_IMPORT_MAX_BYTES="+strconv.Itoa(1<<30), "ATELIER_IMPORTS_PER_HOUR=1000")
+		"ATELIER_IMPORT_MAX_BYTES="+strconv.Itoa(1<<30), "ATELIER_IMPORTS_PER_HOUR=1000",
+		"ATELIER_MAX_SESSIONS_PER_USER=1000")
 	if err != nil {
 		return nil, err
 	}

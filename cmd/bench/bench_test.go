@@ -31,12 +31,12 @@ func TestShortBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, measure := range []string{"keystroke round trip", "terminal throughput", "one-shot `true`, 10-file", "one-shot `true`, 200-file", "first command's checkout", "import"} {
+	for _, measure := range []string{"keystroke round trip", "terminal throughput", "one-shot `true`, 10-file", "one-shot `true`, 200-file", "first command's checkout", "import", goBuildMeasure} {
 		if !strings.Contains(table, "| "+measure) {
 			t.Errorf("no row for %q", measure)
 		}
 	}
-	if strings.Count(table, "| met")+strings.Count(table, "| misses") != 6 {
+	if strings.Count(table, "| met")+strings.Count(table, "| misses") != 7 {
 		t.Errorf("every row must be judged against its target:\n%s", table)
 	}
 	for _, measure := range []string{"keystroke round trip", "terminal throughput"} {
@@ -48,6 +48,7 @@ func TestShortBench(t *testing.T) {
 		"one-shot `true`, 10-file": {handlerTakes, sandboxRun},
 		"first command's checkout": {exportTakes},
 		"import":                   {writingTakes, publishingTakes},
+		goBuildMeasure:             {hostWarmBuild, firstSessionBuild},
 	} {
 		line := rowOf(table, measure)
 		for _, want := range wants {
@@ -70,6 +71,15 @@ var (
 	publishingTakes = regexp.MustCompile(`publishing them to the object store (\d+(?:\.\d+)?) ms`)
 	ttydMeasured    = regexp.MustCompile(`ttyd (\d+\.\d+) (ms|MB/s)`)
 	ttydNotMeasured = regexp.MustCompile(`ttyd: not measured \([^)]+\)`)
+)
+
+// The Go build row holds a second session's build against a warm build on
+// the host and the first session's, cold as every session's build was.
+const goBuildMeasure = "second session's `go build ./...`"
+
+var (
+	hostWarmBuild     = regexp.MustCompile("warm `go build ./...` on the host (\\d+(?:\\.\\d+)?) ms")
+	firstSessionBuild = regexp.MustCompile(`the first session's, cold as every session's was before, (\d+(?:\.\d+)?) ms`)
 )
 
 // checkTTYDShare wants a terminal row either to show ttyd's figure and

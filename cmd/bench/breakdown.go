@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"atelier/internal/liveserver"
+	"atelier/testrig/liveserver"
 )
 
 // A keystroke in Atelier is an HTTP request, and an HTTP request has a

@@ -1,9 +1,10 @@
 // Command bench starts a real Atelier server and measures, over HTTP, what a
 // person goes through: a keystroke's round trip, a terminal's throughput, a
-// one-shot command, the first command's checkout and an import. Each figure
-// is printed next to its anchor measured in the same run (the raw PTY,
-// ttyd, bash -c true, git checkout, git add and commit of the same tree)
-// and the target of issue 15, with how far it misses.
+// one-shot command, the first command's checkout, an import and a second
+// session's `go build`. Each figure is printed next to its anchor measured
+// in the same run (the raw PTY, ttyd, bash -c true, git checkout, git add
+// and commit of the same tree, a warm `go build` on the host) and its
+// target, with how far it misses.
 //
 // Every figure is the median of a few rounds, with the lowest and highest
 // beside it.
@@ -48,11 +49,14 @@ type sizes struct {
 	runs       int   // one-shot commands timed on each project
 	smallFiles int
 	largeFiles int // the tree imported, checked out and committed
+	// goSmall builds two packages that import nothing instead of a copy
+	// of this repository's packages: its cold build is quick.
+	goSmall bool
 }
 
 func sizesFor(short bool) sizes {
 	if short {
-		return sizes{rounds: 1, keys: 40, catBytes: 1 << 20, runs: 5, smallFiles: 10, largeFiles: 200}
+		return sizes{rounds: 1, keys: 40, catBytes: 1 << 20, runs: 5, smallFiles: 10, largeFiles: 200, goSmall: true}
 	}
 	return sizes{rounds: 3, keys: 2000, catBytes: 64 << 20, runs: 30, smallFiles: 10, largeFiles: 11500}
 }
@@ -104,7 +108,7 @@ func run(sz sizes, ttydSrc string, logw io.Writer) (string, error) {
 	}
 	defer b.close()
 	var rows []row
-	for _, step := range []func() ([]row, error){b.terminal, b.commands} {
+	for _, step := range []func() ([]row, error){b.terminal, b.commands, b.goBuild} {
 		rs, err := step()
 		if err != nil {
 			return "", err

@@ -20,7 +20,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"atelier/internal/liveserver"
+	"atelier/testrig/liveserver"
 )
 
 // ttyd is the anchor a terminal over a network is held to: a C server that

@@ -7,6 +7,7 @@
 //     onSave() {}, onChange() {},
 //   });
 //   ed.getText(); ed.setText(text); ed.focus(); ed.setReadOnly(true); ed.destroy();
+//   ed.where(); ed.goTo(ed.where());  // the cursor and the scroll, to keep
 //
 // Two things matter more than anything else here:
 //
@@ -239,6 +240,27 @@ function create(parent, options) {
       view.setState(stateFor(String(text)));
     },
     focus() { view.focus(); },
+    // where tells where the person is in the text, for the page to keep:
+    // the selection's anchor and head (offsets into the text) and how far
+    // the text is scrolled, in CSS pixels.
+    where() {
+      const s = view.state.selection.main;
+      return { anchor: s.anchor, head: s.head, top: view.scrollDOM.scrollTop, left: view.scrollDOM.scrollLeft };
+    },
+    // goTo puts the selection and the scroll back where where() found
+    // them. Offsets past the end of the text (it may have changed since)
+    // stop at its end. The scroll is set again once the editor has
+    // measured itself, which it does only while it is shown.
+    goTo(at) {
+      const len = view.state.doc.length;
+      const offset = (n) => Math.min(Math.max(0, Math.floor(Number(n) || 0)), len);
+      view.dispatch({ selection: { anchor: offset(at && at.anchor), head: offset(at && at.head) } });
+      const top = Math.max(0, Number(at && at.top) || 0);
+      const left = Math.max(0, Number(at && at.left) || 0);
+      const scroll = () => { view.scrollDOM.scrollTop = top; view.scrollDOM.scrollLeft = left; };
+      scroll();
+      view.requestMeasure({ read() {}, write: scroll });
+    },
     // setReadOnly(true) stops all editing (e.g. when the session ended).
     setReadOnly(flag) {
       readOnly = !!flag;

@@ -59,20 +59,55 @@ type Store struct {
 	git     *gitsvc.Service
 	db      *models.Store
 	log     *slog.Logger
+	opts    Options
 	trees   *lru.Cache[string, []Entry] // tree sha → entries; trees are immutable
 	roots   sync.Map                    // commit sha → root tree sha; commits are immutable
 	indexes *lru.Cache[string, *Index]  // root tree or commit sha → its paths, for quick open
 	// publishing maps a commit sha to its *publishRun while one runs.
 	publishing sync.Map
+	// collect asks the collector's loop for a pass soon (CollectSoon).
+	collect chan struct{}
 }
 
 // cachedIndexes is how many path indexes stay in memory: a 100,000-file
 // tree's is a few MB, and a few projects are browsed at a time.
 const cachedIndexes = 8
 
-// New returns a Store caching up to cachedTrees parsed trees.
-func New(objects storage.ObjectStore, git *gitsvc.Service, db *models.Store, log *slog.Logger, cachedTrees int) (*Store, error) {
-	trees, err := lru.New[string, []Entry](cachedTrees)
+// Options are a Store's bounds; zero fields take the defaults.
+type Options struct {
+	// CachedTrees is how many parsed trees stay in memory; 1,000.
+	CachedTrees int
+	// Grace protects what a publish relies on from the collector: no
+	// object used (stored or claimed by a publish) more recently is
+	// swept, and a publish records nothing later than three quarters of
+	// it after its first claim. Every instance sharing a database must
+	// use the same. DefaultGrace.
+	Grace time.Duration
+	// MaxProjectBytes bounds the size of a project's code: the files of a
+	// canonical tree, each path counted (ATELIER_PROJECT_MAX_BYTES).
+	// DefaultMaxProjectBytes.
+	MaxProjectBytes int64
+}
+
+// Defaults of Options.
+const (
+	DefaultGrace           = time.Hour
+	DefaultMaxProjectBytes = 2 << 30
+)
+
+// New returns a Store over the object store, the git service and the
+// database.
+func New(objects storage.ObjectStore, git *gitsvc.Service, db *models.Store, log *slog.Logger, opts Options) (*Store, error) {
+	if opts.CachedTrees <= 0 {
+		opts.CachedTrees = 1000
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = DefaultGrace
+	}
+	if opts.MaxProjectBytes <= 0 {
+		opts.MaxProjectBytes = DefaultMaxProjectBytes
+	}
+	trees, err := lru.New[string, []Entry](opts.CachedTrees)
 	if err != nil {
 		return nil, fmt.Errorf("codestore: %w", err)
 	}
@@ -80,7 +115,40 @@ func New(objects storage.ObjectStore, git *gitsvc.Service, db *models.Store, log
 	if err != nil {
 		return nil, fmt.Errorf("codestore: %w", err)
 	}
-	return &Store{objects: objects, git: git, db: db, log: log, trees: trees, indexes: indexes}, nil
+	return &Store{objects: objects, git: git, db: db, log: log, opts: opts, trees: trees, indexes: indexes,
+		collect: make(chan struct{}, 1)}, nil
+}
+
+// ErrProjectTooLarge is code past Options.MaxProjectBytes: an import or a
+// release that would make a project's tree larger than a project may be.
+var ErrProjectTooLarge = fault.New(fault.TooLarge, "project_too_large",
+	"codestore: the project's code would be larger than a project may be",
+	"The project's code would be larger than a project may be; import or release less.")
+
+// CheckProjectBytes refuses a tree of treeBytes that is past the bound.
+func (s *Store) CheckProjectBytes(treeBytes int64) error {
+	if treeBytes > s.opts.MaxProjectBytes {
+		return fault.Detailf(ErrProjectTooLarge, ": %s, more than the %s a project may hold",
+			HumanBytes(treeBytes), HumanBytes(s.opts.MaxProjectBytes))
+	}
+	return nil
+}
+
+// MaxProjectBytes is the bound CheckProjectBytes applies.
+func (s *Store) MaxProjectBytes() int64 { return s.opts.MaxProjectBytes }
+
+// HumanBytes writes a size as people read it: bytes, KiB, MiB or GiB, with
+// one decimal past KiB.
+func HumanBytes(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d bytes", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%d KiB", n>>10)
+	case n < 1<<30:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
 }
 
 // Source is a commit of a repository.
@@ -195,6 +263,13 @@ func (s *Store) walk(ctx context.Context, root, dir string) ([]Entry, error) {
 }
 
 func (s *Store) tree(ctx context.Context, sha string) ([]Entry, error) {
+	return s.readTree(ctx, sha, true)
+}
+
+// readTree reads a tree from the cache, else the store; keep adds what the
+// store gave to the cache. The collector's walk keeps nothing: it reads
+// every tree once a pass, and would push out the trees people browse.
+func (s *Store) readTree(ctx context.Context, sha string, keep bool) ([]Entry, error) {
 	if es, ok := s.trees.Get(sha); ok {
 		return es, nil
 	}
@@ -215,7 +290,9 @@ func (s *Store) tree(ctx context.Context, sha string) ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.trees.Add(sha, es)
+	if keep {
+		s.trees.Add(sha, es)
+	}
 	return es, nil
 }
 

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"atelier/gitsvc"
-	"atelier/pgembed/pgtest"
 	"atelier/storage"
 	"atelier/storage/codestore"
-	"atelier/storage/miniotest"
+	"atelier/testrig/miniotest"
+	"atelier/testrig/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -77,7 +77,7 @@ func TestReadsComeFromTheObjectStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := codestore.New(e.objects, broken, e.db, e.log, 10)
+	s, err := codestore.New(e.objects, broken, e.db, e.log, codestore.Options{CachedTrees: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestPublishSharedSubtrees(t *testing.T) {
 		t.Fatalf("publish: %+v %v", st, err)
 	}
 	broken, _ := gitsvc.New(gitsvc.Config{Root: t.TempDir(), GitPath: "/bin/false"})
-	s, _ := codestore.New(e.objects, broken, e.db, e.log, 10)
+	s, _ := codestore.New(e.objects, broken, e.db, e.log, codestore.Options{CachedTrees: 10})
 	for _, dir := range []string{"lib", "a/lib", "a/b/c/lib"} {
 		es, err := s.List(ctx, codestore.Source{Repo: e.repo, Commit: commit}, dir)
 		if err != nil || len(es) != 1 || es[0].Name != "x.txt" {

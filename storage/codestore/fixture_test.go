@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"atelier/gitsvc"
-	"atelier/internal/dbtest"
 	"atelier/models"
 	"atelier/storage"
 	"atelier/storage/codestore"
+	"atelier/testrig/dbtest"
 )
 
 // file is one path and its content in a generated commit.
@@ -63,6 +63,7 @@ func tree(dirs, subdirs, perDir int) []file {
 type env struct {
 	git     *gitsvc.Service
 	db      *models.Store
+	dsn     string // the database's, for what a test reads past models
 	objects storage.ObjectStore
 	repo    *gitsvc.Repo
 	first   string
@@ -79,14 +80,20 @@ func newEnv(tb testing.TB, objects storage.ObjectStore) *env {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &env{git: git, db: dbtest.Store(tb), objects: objects, repo: repo, first: first,
+	dsn := dbtest.DSN(tb)
+	db, err := models.Open(context.Background(), dsn, models.DefaultPool)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return &env{git: git, db: db, dsn: dsn, objects: objects, repo: repo, first: first,
 		log: slog.New(slog.DiscardHandler)}
 }
 
 // store returns a code store with an empty cache, as after a restart.
 func (e *env) store(tb testing.TB) *codestore.Store {
 	tb.Helper()
-	s, err := codestore.New(e.objects, e.git, e.db, e.log, 1000)
+	s, err := codestore.New(e.objects, e.git, e.db, e.log, codestore.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}

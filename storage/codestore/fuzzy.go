@@ -2,6 +2,7 @@ package codestore
 
 import (
 	"container/heap"
+	"slices"
 	"strings"
 )
 
@@ -52,13 +53,17 @@ const (
 
 // Find returns up to limit paths matching query (case-insensitively, its
 // characters in order but not necessarily adjacent), best first; ties go to
-// the shorter path, then path order. An empty query lists the first limit
-// paths.
+// the shorter path, then path order. Spaces split the query into terms
+// that must each match, in any order and independently ("eng wrd" finds
+// english/words.txt, and so does "wrd eng"): a score is the sum of the
+// terms' scores and the marks are all of theirs. An empty query lists the
+// first limit paths.
 func (ix *Index) Find(query string, limit int) []Match {
 	if limit <= 0 {
 		return nil
 	}
-	if query == "" {
+	terms := strings.Fields(lowerASCII(query))
+	if len(terms) == 0 {
 		n := min(limit, len(ix.paths))
 		out := make([]Match, n)
 		for i := range n {
@@ -66,13 +71,18 @@ func (ix *Index) Find(query string, limit int) []Match {
 		}
 		return out
 	}
-	q := lowerASCII(query)
 	best := &matchHeap{}
+next:
 	for i, l := range ix.lower {
-		if !subsequence(l, q) {
-			continue
+		for _, q := range terms {
+			if !subsequence(l, q) {
+				continue next
+			}
 		}
-		score := scoreOf(ix.paths[i], l, q, nil)
+		score := 0
+		for _, q := range terms {
+			score += scoreOf(ix.paths[i], l, q, nil)
+		}
 		if best.Len() == limit && !better(score, i, ix, (*best)[0]) {
 			continue
 		}
@@ -84,11 +94,23 @@ func (ix *Index) Find(query string, limit int) []Match {
 	out := make([]Match, best.Len())
 	for k := len(out) - 1; k >= 0; k-- {
 		r := heap.Pop(best).(ranked)
-		pos := make([]int, 0, len(q))
-		scoreOf(ix.paths[r.index], ix.lower[r.index], q, &pos)
-		out[k] = Match{Path: ix.paths[r.index], Positions: pos, Score: r.score}
+		out[k] = Match{Path: ix.paths[r.index], Positions: positionsOf(ix.paths[r.index], ix.lower[r.index], terms), Score: r.score}
 	}
 	return out
+}
+
+// positionsOf is every offset the terms matched in path, in order and
+// once each: two terms may mark the same character.
+func positionsOf(path, lower string, terms []string) []int {
+	pos := []int{}
+	for _, q := range terms {
+		scoreOf(path, lower, q, &pos)
+	}
+	if len(terms) > 1 {
+		slices.Sort(pos)
+		pos = slices.Compact(pos)
+	}
+	return pos
 }
 
 // subsequence reports whether q's bytes appear in s in order.

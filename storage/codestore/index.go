@@ -7,6 +7,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 
 	"atelier/gitsvc"
 	"atelier/models"
@@ -40,14 +41,27 @@ func filePaths(all []gitsvc.Entry) []string {
 	return paths
 }
 
-// putIndex stores the index of root and records it as stored.
-func (s *Store) putIndex(ctx context.Context, root string, paths []string) error {
-	data := encodeIndex(paths)
+// putIndex stores the index of root, unless the index of the object store
+// has it (which it claims), and records it as stored, before deadline
+// (errPastDeadline); see Publish.
+func (s *Store) putIndex(ctx context.Context, root string, paths []string, deadline time.Time) error {
 	key := indexKey(root)
+	have, err := s.db.ClaimStoredObjects(ctx, []string{key})
+	if err != nil || have[key] {
+		return err
+	}
+	if err := s.db.ClearDoomed(ctx, []string{key}); err != nil {
+		return err
+	}
+	data := encodeIndex(paths)
 	if err := s.objects.Put(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
 		return fmt.Errorf("codestore: store %s: %w", key, err)
 	}
-	return s.db.AddStoredObjects(ctx, []models.StoredObject{{Key: key, Size: int64(len(data))}})
+	ok, err := s.db.AddStoredObjects(ctx, []models.StoredObject{{Key: key, Size: int64(len(data))}}, deadline)
+	if err == nil && !ok {
+		err = errPastDeadline
+	}
+	return err
 }
 
 // Index returns the flat path index of the source's tree: from memory,
@@ -79,13 +93,22 @@ func (s *Store) Index(ctx context.Context, src Source) (*Index, error) {
 		return ix, nil
 	}
 	paths := filePaths(all)
-	if err := s.putIndex(ctx, root, paths); err != nil {
+	if err := s.storeIndex(ctx, root, paths); err != nil {
 		s.log.Warn("codestore: index not stored; it is built again on the next start", "root", root, "err", err)
 	}
 	ix := NewIndex(paths)
 	s.indexes.Add(root, ix)
 	s.indexes.Add(src.Commit, ix)
 	return ix, nil
+}
+
+// storeIndex is putIndex on its own, outside a publish.
+func (s *Store) storeIndex(ctx context.Context, root string, paths []string) error {
+	began, err := s.db.Now(ctx)
+	if err != nil {
+		return err
+	}
+	return s.putIndex(ctx, root, paths, began.Add(s.opts.Grace*3/4))
 }
 
 func (s *Store) loadIndex(ctx context.Context, root string) (*Index, error) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os/exec"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -68,6 +69,39 @@ func TestFindRanksFuzzyMatches(t *testing.T) {
 	}
 }
 
+// Space-separated terms each match on their own, in any order: "eng wrd"
+// finds english/words.txt, which holds no "engwrd" in order when the terms
+// are swapped, and a path must hold every term.
+func TestFindMatchesSpaceSeparatedTermsInAnyOrder(t *testing.T) {
+	ix := codestore.NewIndex([]string{
+		"english/grammar.txt",
+		"english/words.txt",
+		"french/words.txt",
+		"words/english.md",
+	})
+	for _, q := range []string{"eng wrd", "wrd eng", "  wrd   eng ", "WRD Eng"} {
+		got := paths(ix.Find(q, 10))
+		sort.Strings(got)
+		if !reflect.DeepEqual(got, []string{"english/words.txt", "words/english.md"}) {
+			t.Errorf("Find(%q) = %v, want english/words.txt and words/english.md", q, got)
+		}
+	}
+	for _, m := range ix.Find("wrd eng", 10) {
+		if m.Path != "english/words.txt" {
+			continue
+		}
+		if want := []int{0, 1, 2, 8, 10, 11}; !reflect.DeepEqual(m.Positions, want) {
+			t.Errorf("positions of %q in %s = %v, want %v (both terms', in order)", "wrd eng", m.Path, m.Positions, want)
+		}
+	}
+	if got := paths(ix.Find("eng zzz", 10)); len(got) != 0 {
+		t.Errorf("a term no path holds still found %v", got)
+	}
+	if got := ix.Find("   ", 2); len(got) != 2 || got[0].Path != "english/grammar.txt" {
+		t.Errorf("a query of spaces = %v, want the first paths, as an empty query", paths(got))
+	}
+}
+
 func subsequenceFold(s, q string) bool {
 	s, q = strings.ToLower(s), strings.ToLower(q)
 	j := 0
@@ -109,7 +143,7 @@ func TestIndexIsPublishedBesideTheTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := codestore.New(e.objects, broken, e.db, e.log, 10)
+	s, err := codestore.New(e.objects, broken, e.db, e.log, codestore.Options{CachedTrees: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

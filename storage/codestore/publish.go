@@ -3,10 +3,12 @@ package codestore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"atelier/gitsvc"
 	"atelier/models"
@@ -35,15 +37,23 @@ const flushEvery = 500
 
 // Publish stores the tree of commit: every tree and blob the object store
 // does not hold yet (by the database index, never by listing the store),
-// then records the commit as published. Publishing a published commit does
-// nothing; an interrupted publish keeps what it stored and the next one
-// carries on.
+// then records the commit as published with the size of its files.
+// Publishing a published commit does nothing; an interrupted publish keeps
+// what it stored and the next one carries on.
 //
 // Objects go up bottom-up: blobs first, then trees from the deepest level to
 // the root, each level after the one below it is stored. So a stored tree
-// always means its whole subtree is stored, and a publish only looks inside
-// trees the index lacks: after a change of ten files in a large tree it
-// checks the trees and the few folders that changed, not every blob.
+// always means its blobs are stored (the collector keeps it so), and a
+// publish looks at the blobs of the trees the index lacks only: after a
+// change of ten files in a large tree it checks the trees and the few
+// folders that changed, not every blob.
+//
+// The collector may run meanwhile. A publish claims what it finds stored
+// (models.ClaimStoredObjects) before counting on it, takes a key off the
+// collector's list before uploading it (models.ClearDoomed), and records
+// objects and the commit only within three quarters of the grace after its
+// first claim; past that it starts over (collect.go tells why this is
+// enough).
 //
 // Two publishes of one commit at once (an import's and the server's retry
 // pass, say) share one run: the second waits for the first and stores
@@ -74,26 +84,77 @@ type publishRun struct {
 	err  error
 }
 
+// publishAttempts is how many times a publish starts over when it outlived
+// its grace; each start after the first finds most objects stored.
+const publishAttempts = 3
+
+// ErrPublishTooSlow is a publish that outlived its grace every time.
+var ErrPublishTooSlow = errors.New("codestore: the publish took longer than the collector's grace, each time")
+
 func (s *Store) publish(ctx context.Context, r *gitsvc.Repo, commit string) (Stats, error) {
 	var st Stats
-	if _, ok := s.publishedRoot(ctx, commit); ok {
+	// The database, not the cache, says whether the commit is published:
+	// the collector unpublishes commits no longer live.
+	pc, err := s.db.PublishedCommitOf(ctx, commit)
+	if err != nil && !errors.Is(err, models.ErrNotFound) {
+		return st, err
+	}
+	if err == nil && pc.TreeBytes != nil {
+		s.roots.Store(commit, pc.RootTree)
 		return st, nil
 	}
 	root, all, err := s.git.ListAll(ctx, r, commit)
 	if err != nil {
 		return st, fmt.Errorf("codestore: publish %s: %w", commit, err)
 	}
+	if pc != nil {
+		// Published before sizes were recorded: measure it.
+		return st, s.db.SetTreeBytes(ctx, commit, treeBytes(all))
+	}
 	trees := collect(root, all)
+	for range publishAttempts {
+		var done bool
+		st, done, err = s.publishOnce(ctx, r, commit, root, all, trees)
+		if err != nil || done {
+			return st, err
+		}
+		s.log.Warn("codestore: a publish outlived the collector's grace; claiming again", "commit", commit, "grace", s.opts.Grace)
+	}
+	return st, fmt.Errorf("codestore: publish %s: %w", commit, ErrPublishTooSlow)
+}
+
+// publishOnce claims what is stored, stores what is missing and records
+// the commit, all before the deadline its first claim sets; done is false
+// when the deadline passed first.
+func (s *Store) publishOnce(ctx context.Context, r *gitsvc.Repo, commit, root string, all []gitsvc.Entry, trees map[string]*treeInfo) (st Stats, done bool, err error) {
+	defer func() {
+		if errors.Is(err, errPastDeadline) {
+			err = nil // start over
+		}
+	}()
+	began, err := s.db.Now(ctx)
+	if err != nil {
+		return st, false, err
+	}
+	deadline := began.Add(s.opts.Grace * 3 / 4)
 
 	treeKeys := make([]string, 0, len(trees))
 	for sha := range trees {
 		treeKeys = append(treeKeys, treeKey(sha))
 	}
-	haveTree, err := s.db.StoredKeys(ctx, treeKeys)
+	haveTree, err := s.db.ClaimStoredObjects(ctx, treeKeys)
 	if err != nil {
-		return st, err
+		return st, false, err
 	}
-	missing := missingTrees(trees, root, haveTree)
+	// Every tree the index lacks is uploaded, even below a stored one: the
+	// collector may have taken a tree from below a tree it kept. Only the
+	// blobs of a stored tree are trusted (collect.go says why they may be).
+	var missing []string
+	for sha := range trees {
+		if !haveTree[treeKey(sha)] {
+			missing = append(missing, sha)
+		}
+	}
 	blobs := map[string]int64{} // sha → size
 	for _, t := range missing {
 		for _, e := range trees[t].entries {
@@ -106,28 +167,36 @@ func (s *Store) publish(ctx context.Context, r *gitsvc.Repo, commit string) (Sta
 	for sha := range blobs {
 		blobKeys = append(blobKeys, blobKey(sha))
 	}
-	haveBlob, err := s.db.StoredKeys(ctx, blobKeys)
+	haveBlob, err := s.db.ClaimStoredObjects(ctx, blobKeys)
 	if err != nil {
-		return st, err
+		return st, false, err
 	}
 
-	var small, large []string
+	var small, large, uploads []string
 	for sha, size := range blobs {
 		switch {
 		case haveBlob[blobKey(sha)]:
+			continue
 		case size > streamAbove:
 			large = append(large, sha)
 		default:
 			small = append(small, sha)
 		}
+		uploads = append(uploads, blobKey(sha))
 	}
-	if err := s.putSmallBlobs(ctx, r, small, &st); err != nil {
-		return st, err
+	for _, sha := range missing {
+		uploads = append(uploads, treeKey(sha))
+	}
+	if err := s.db.ClearDoomed(ctx, uploads); err != nil {
+		return st, false, err
+	}
+	if err := s.putSmallBlobs(ctx, r, small, deadline, &st); err != nil {
+		return st, false, err
 	}
 	// Large blobs stream one git process each, after the batch is closed:
 	// each takes the repository's read lock, and a second read lock of
 	// ours behind a waiting writer would wait for the first.
-	up := newUploader(ctx, s.objects, s.db)
+	up := newUploader(ctx, s.objects, s.db, deadline)
 	for _, sha := range large {
 		if !up.put(blobKey(sha), blobs[sha], func(ctx context.Context) io.ReadCloser { return s.streamBlob(ctx, r, sha) }) {
 			break
@@ -136,10 +205,10 @@ func (s *Store) publish(ctx context.Context, r *gitsvc.Repo, commit string) (Sta
 		st.Bytes += blobs[sha]
 	}
 	if err := up.wait(); err != nil {
-		return st, err
+		return st, false, err
 	}
 	for _, level := range byDepthDeepestFirst(trees, missing) {
-		up = newUploader(ctx, s.objects, s.db)
+		up = newUploader(ctx, s.objects, s.db, deadline)
 		for _, sha := range level {
 			data := encodeTree(trees[sha].entries)
 			if !up.put(treeKey(sha), int64(len(data)), bytesOf(data)) {
@@ -148,30 +217,39 @@ func (s *Store) publish(ctx context.Context, r *gitsvc.Repo, commit string) (Sta
 			st.Trees++
 		}
 		if err := up.wait(); err != nil {
-			return st, err
+			return st, false, err
 		}
 	}
 	// The path index goes up before the commit counts as published, so a
 	// published commit's quick open never has to list the tree with git.
-	if haveIndex, err := s.db.StoredKeys(ctx, []string{indexKey(root)}); err != nil {
-		return st, err
-	} else if !haveIndex[indexKey(root)] {
-		if err := s.putIndex(ctx, root, filePaths(all)); err != nil {
-			return st, err
-		}
+	if err := s.putIndex(ctx, root, filePaths(all), deadline); err != nil {
+		return st, false, err
 	}
-	if err := s.db.AddPublishedCommit(ctx, commit, root); err != nil {
-		return st, err
+	ok, err := s.db.AddPublishedCommit(ctx, commit, root, treeBytes(all), deadline)
+	if err != nil || !ok {
+		return st, false, err
 	}
 	s.roots.Store(commit, root)
 	st.SkippedTrees = len(trees) - st.Trees
 	st.SkippedBlobs = countBlobs(trees) - st.Blobs
-	return st, nil
+	return st, true, nil
+}
+
+// treeBytes is the size of the files of a recursive listing, each path
+// counted, links by their target's length: what a checkout of it holds.
+func treeBytes(all []gitsvc.Entry) int64 {
+	var n int64
+	for _, g := range all {
+		if g.Type == "blob" && g.Size > 0 {
+			n += g.Size
+		}
+	}
+	return n
 }
 
 // putSmallBlobs reads the blobs through one cat-file batch and stores
 // them, a few at a time.
-func (s *Store) putSmallBlobs(ctx context.Context, r *gitsvc.Repo, shas []string, st *Stats) error {
+func (s *Store) putSmallBlobs(ctx context.Context, r *gitsvc.Repo, shas []string, deadline time.Time, st *Stats) error {
 	if len(shas) == 0 {
 		return nil
 	}
@@ -180,7 +258,7 @@ func (s *Store) putSmallBlobs(ctx context.Context, r *gitsvc.Repo, shas []string
 		return err
 	}
 	defer batch.Close()
-	up := newUploader(ctx, s.objects, s.db)
+	up := newUploader(ctx, s.objects, s.db, deadline)
 	for _, sha := range shas {
 		_, data, err := batch.Read(sha)
 		if err != nil {
@@ -234,29 +312,6 @@ func collect(root string, all []gitsvc.Entry) map[string]*treeInfo {
 	return trees
 }
 
-// missingTrees walks down from the root into trees the store lacks only: a
-// stored tree's subtree is stored too.
-func missingTrees(trees map[string]*treeInfo, root string, have map[string]bool) []string {
-	var missing []string
-	seen := map[string]bool{}
-	stack := []string{root}
-	for len(stack) > 0 {
-		sha := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if seen[sha] || have[treeKey(sha)] {
-			continue
-		}
-		seen[sha] = true
-		missing = append(missing, sha)
-		for _, e := range trees[sha].entries {
-			if e.Kind == KindDir {
-				stack = append(stack, e.SHA)
-			}
-		}
-	}
-	return missing
-}
-
 // byDepthDeepestFirst groups trees into levels, deepest level first. A tree
 // that appears at several depths is placed by the deepest: every tree that
 // names it sits at least one level above that, so it is stored first.
@@ -287,21 +342,23 @@ func countBlobs(trees map[string]*treeInfo) int {
 }
 
 // uploader puts objects a few at a time and records each stored one in the
-// index, so that even a failed publish need not store it again.
+// index, so that even a failed publish need not store it again, provided
+// the deadline has not passed.
 type uploader struct {
-	ctx     context.Context
-	objects storage.ObjectStore
-	db      *models.Store
-	slots   chan struct{}
-	wg      sync.WaitGroup
+	ctx      context.Context
+	objects  storage.ObjectStore
+	db       *models.Store
+	deadline time.Time
+	slots    chan struct{}
+	wg       sync.WaitGroup
 
 	mu     sync.Mutex
 	err    error
 	stored []models.StoredObject
 }
 
-func newUploader(ctx context.Context, objects storage.ObjectStore, db *models.Store) *uploader {
-	return &uploader{ctx: ctx, objects: objects, db: db, slots: make(chan struct{}, parallelPuts)}
+func newUploader(ctx context.Context, objects storage.ObjectStore, db *models.Store, deadline time.Time) *uploader {
+	return &uploader{ctx: ctx, objects: objects, db: db, deadline: deadline, slots: make(chan struct{}, parallelPuts)}
 }
 
 // bytesOf is a source of data already in memory.
@@ -354,7 +411,8 @@ func (u *uploader) put(key string, size int64, open func(context.Context) io.Rea
 }
 
 // record adds stored objects to the index once they are durable: an object
-// the index names is never lost to a crash.
+// the index names is never lost to a crash. Past the deadline it records
+// nothing and fails with errPastDeadline.
 func (u *uploader) record(ctx context.Context, stored []models.StoredObject) error {
 	if len(stored) == 0 {
 		return nil
@@ -364,8 +422,16 @@ func (u *uploader) record(ctx context.Context, stored []models.StoredObject) err
 			return fmt.Errorf("codestore: %w", err)
 		}
 	}
-	return u.db.AddStoredObjects(ctx, stored)
+	ok, err := u.db.AddStoredObjects(ctx, stored, u.deadline)
+	if err == nil && !ok {
+		err = errPastDeadline
+	}
+	return err
 }
+
+// errPastDeadline is a publish attempt that outlived its grace: what it
+// claimed may be collected, so it records nothing more and starts over.
+var errPastDeadline = errors.New("codestore: the publish is past the grace of its claims")
 
 func (u *uploader) fail(err error) {
 	u.mu.Lock()

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"atelier/internal/tied"
+)
+
+// clusterRow is the row of two instances behind a real balancer, one of
+// them killed.
+const clusterRow = "an instance killed behind a balancer"
+
+// clusterSecret is what the suite's instances share.
+const clusterSecret = "abuse-cluster-secret-0123456789abcdef"
+
+// Bounds of the row: a stream of the dead instance's shell says lost, a
+// new shell opens on the live one, and the dead one's reservations are
+// settled.
+const (
+	lostWithin     = 20 * time.Second
+	newShellWithin = 2 * time.Second
+	settledWithin  = 30 * time.Second
+)
+
+// peer starts a second instance from the suite's binary on the same
+// database, object store and data folder, with a sandbox area and uids
+// of its own, and waits until it answers.
+func (s *server) peer() (*server, error) {
+	dir, err := os.MkdirTemp("", "atelier-abuse-peer-")
+	if err != nil {
+		return nil, err
+	}
+	p := &server{dir: dir, bin: s.bin, dataDir: s.dataDir, tmp: filepath.Join(dir, "tmp")}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		p.stop()
+		return nil, err
+	}
+	if err := os.Mkdir(p.tmp, 0o700); err != nil {
+		p.stop()
+		return nil, err
+	}
+	if p.addr, err = freeAddr(); err != nil {
+		p.stop()
+		return nil, err
+	}
+	p.base = "http://" + p.addr
+	if p.logw, err = os.Create(filepath.Join(dir, "server.log")); err != nil {
+		p.stop()
+		return nil, err
+	}
+	// The last value of a variable wins.
+	p.env = append(append([]string{}, s.env...), "ATELIER_ADDR="+p.addr, "ATELIER_INTERNAL_URL="+p.base,
+		"ATELIER_SANDBOX_AREA="+filepath.Join(dir, "area"), "ATELIER_SANDBOX_UID_BASE=3001000000", "TMPDIR="+p.tmp)
+	if err := p.launch(); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// balancer runs HAProxy from Debian's packages on loopback in front of
+// the instances, round-robin per request, health-checked on /healthz.
+type balancer struct {
+	base   string
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func startBalancer(dir string, backends ...string) (*balancer, error) {
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		return nil, fmt.Errorf("abuse: haproxy is not installed (Debian: apt-get install haproxy; test.sh installs it): %w", err)
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	var servers strings.Builder
+	for i, b := range backends {
+		fmt.Fprintf(&servers, "    server i%d %s check inter 1s fall 2 rise 2\n", i, b)
+	}
+	cfg := fmt.Sprintf(`global
+    maxconn 512
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+    timeout tunnel 10m
+    option http-server-close
+frontend atelier
+    bind %s
+    default_backend instances
+backend instances
+    balance roundrobin
+    option httpchk GET /healthz
+%s`, addr, servers.String())
+	path := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "haproxy.log"))
+	if err != nil {
+		return nil, err
+	}
+	b := &balancer{base: "http://" + addr, cmd: exec.Command(bin, "-f", path, "-db"), exited: make(chan struct{})}
+	b.cmd.Stdout, b.cmd.Stderr = logf, logf
+	if err := tied.Start(b.cmd, syscall.SIGKILL, func(error) { close(b.exited) }); err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if resp, err := hc.Get(b.base + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return b, nil
+			}
+		}
+	}
+	b.stop()
+	return nil, fmt.Errorf("abuse: the balancer did not answer within 30 s (see %s)", logf.Name())
+}
+
+func (b *balancer) stop() {
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.exited:
+	case <-time.After(10 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-b.exited
+	}
+}
+
+// clusterKill: a second instance joins the suite's server behind HAProxy;
+// a person works through the balancer (a saved edit, a shell); the
+// instance holding the session is SIGKILLed. The shell's stream says lost
+// within lostWithin, a new shell opens within newShellWithin after that,
+// the saved edit is there, and the dead instance's reservations are
+// settled within settledWithin. Both instances run again afterwards.
+func clusterKill(s *server, logw func(string)) (string, bool) {
+	peer, err := s.peer()
+	if err != nil {
+		return "peer: " + err.Error(), false
+	}
+	defer peer.stop()
+	lb, err := startBalancer(peer.dir, s.addr, peer.addr)
+	if err != nil {
+		return err.Error(), false
+	}
+	defer lb.stop()
+	c, err := signIn(lb.base, "admin", adminPassword)
+	if err != nil {
+		return "sign in through the balancer: " + err.Error(), false
+	}
+	id, err := c.CreateProject("abuse-cluster")
+	if err != nil {
+		return err.Error(), false
+	}
+	base, err := c.openSession(id)
+	if err != nil {
+		return err.Error(), false
+	}
+	const kept = "saved through the balancer\n"
+	if status, reason, err := c.save(base, "kept.txt", kept); err != nil || status >= 300 {
+		return fmt.Sprintf("save: %d %s %v", status, reason, err), false
+	}
+	tid, err := c.openShell(base, "sleep 614\n")
+	if err != nil {
+		return err.Error(), false
+	}
+	ctx := context.Background()
+	var holder, address string
+	if err := s.scan(ctx, `SELECT i.id, i.address FROM code_sessions cs JOIN instances i ON i.id = cs.runtime_instance
+		WHERE cs.id = $1`, []any{base[strings.LastIndex(base, "/")+1:]}, &holder, &address); err != nil {
+		return "the session's holder: " + err.Error(), false
+	}
+	victim := s
+	if address == peer.base {
+		victim = peer
+	}
+	logw(fmt.Sprintf("killing %s, which holds the session", victim.base))
+
+	killed := time.Now()
+	victim.kill()
+	var lostAfter, shellAfter, settledAfter time.Duration
+	for time.Since(killed) < 2*lostWithin {
+		if body, err := c.shellStream(base, tid); err == nil && strings.Contains(body, `"lost":true`) {
+			lostAfter = time.Since(killed)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if lostAfter > 0 {
+		lost := time.Now()
+		for time.Since(lost) < 5*newShellWithin {
+			if _, err := c.openShell(base, "echo again\n"); err == nil {
+				shellAfter = time.Since(lost)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for time.Since(killed) < 2*settledWithin {
+		var open int64
+		if err := s.scan(ctx, `SELECT count(*) FROM sandbox_reservations WHERE instance = $1`, []any{holder}, &open); err == nil && open == 0 {
+			settledAfter = time.Since(killed)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	got, status, err := c.get(base + "/file?path=kept.txt")
+
+	var why []string
+	switch {
+	case lostAfter == 0 || lostAfter > lostWithin:
+		why = append(why, fmt.Sprintf("the shell's stream said lost after %s, want within %s", dur(lostAfter), lostWithin))
+	case shellAfter == 0 || shellAfter > newShellWithin:
+		why = append(why, fmt.Sprintf("a new shell opened %s after, want within %s", dur(shellAfter), newShellWithin))
+	}
+	if settledAfter == 0 || settledAfter > settledWithin {
+		why = append(why, fmt.Sprintf("the dead instance's reservations settled after %s, want within %s", dur(settledAfter), settledWithin))
+	}
+	if err != nil || status != http.StatusOK || got != kept {
+		why = append(why, fmt.Sprintf("the saved edit: %d %q %v", status, got, err))
+	}
+	// The killed instance comes back: its start ends what it left.
+	if err := victim.launch(); err != nil {
+		why = append(why, "the killed instance did not start again: "+err.Error())
+	}
+	detail := fmt.Sprintf("holder SIGKILLed: stream lost after %s, new shell %s later, reservations settled after %s, saved edit intact",
+		dur(lostAfter), dur(shellAfter), dur(settledAfter))
+	if len(why) > 0 {
+		return detail + "; " + strings.Join(why, "; "), false
+	}
+	return detail, true
+}
+
+func dur(d time.Duration) string {
+	if d == 0 {
+		return "never"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + " s"
+}

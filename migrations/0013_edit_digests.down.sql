@@ -1,0 +1,1 @@
+ALTER TABLE code_session_files DROP COLUMN content_sha256;

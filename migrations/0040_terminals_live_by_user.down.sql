@@ -1,0 +1,1 @@
+DROP INDEX terminals_live_by_user;

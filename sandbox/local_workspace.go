@@ -1,0 +1,304 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"sync"
+	"syscall"
+)
+
+// localWorkspace is a session's workspace on this host: the base as
+// unpacked (lower), what was written or deleted since (upper), the
+// overlay of the two where commands run (dir), and the session's home
+// and /tmp, all in the session's folder (top).
+type localWorkspace struct {
+	session             Session
+	uid                 uint32
+	top, dir, home, tmp string
+	lower, upper, work  string
+	layered             bool // dir is an overlay; without one on this host, a plain folder
+	cache               string
+	spareMu             sync.Mutex
+	spares              []*Spare // started ahead for the next commands, oldest first
+	starting            int      // spares being started
+	generation          int      // moves on when the mounts change: older spares saw old ones
+}
+
+func newLocalWorkspace(top string, s Session) *localWorkspace {
+	return &localWorkspace{session: s, uid: s.UID, top: top,
+		dir: filepath.Join(top, "checkout"), home: filepath.Join(top, "home"), tmp: filepath.Join(top, "tmp"),
+		lower: filepath.Join(top, "lower"), upper: filepath.Join(top, "upper"), work: filepath.Join(top, "work")}
+}
+
+// build makes a fresh checkout: the base unpacked into the lower layer,
+// an empty upper one over it, everything owned by the session's user, the
+// top folder 0700.
+func (ws *localWorkspace) build(ctx context.Context, base Base) error {
+	if err := ws.remove(); err != nil {
+		return err
+	}
+	if err := os.Mkdir(ws.lower, 0o700); err != nil {
+		return fmt.Errorf("sandbox: checkout: %w", err)
+	}
+	if err := unpackBase(ctx, base, ws.lower); err != nil {
+		return err
+	}
+	if err := chownTree(ws.lower, ws.uid, ws.uid); err != nil {
+		return err
+	}
+	return ws.layer()
+}
+
+// unpackBase writes base into the empty folder dir as it streams: files
+// with their executable bit, folders, and symlinks as links, through an
+// os.Root on dir, so no entry of any archive, however crafted, lands
+// outside dir; entries whose names are not plain relative paths are
+// skipped.
+func unpackBase(ctx context.Context, base Base, dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("sandbox: unpack: %w", err)
+	}
+	defer root.Close()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := base.WriteTar(ctx, pw)
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	if err := unpack(tar.NewReader(pr), root); err != nil {
+		pr.CloseWithError(err) // the writer stops on a closed pipe
+		<-done
+		return err
+	}
+	io.Copy(io.Discard, pr) // the archive's trailing padding
+	return <-done
+}
+
+func unpack(tr *tar.Reader, root *os.Root) error {
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("sandbox: unpack: %w", err)
+		}
+		name := path.Clean(h.Name)
+		if name == "." || path.IsAbs(name) || name == ".." || len(name) > 2 && name[:3] == "../" {
+			continue
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = root.MkdirAll(name, 0o755)
+		case tar.TypeSymlink:
+			err = root.Symlink(h.Linkname, name)
+		case tar.TypeReg:
+			mode := os.FileMode(0o644)
+			if h.Mode&0o111 != 0 {
+				mode = 0o755
+			}
+			var f *os.File
+			if f, err = root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode); err == nil {
+				_, err = io.Copy(f, tr)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("sandbox: unpack %s: %w", name, err)
+		}
+	}
+}
+
+// layer mounts the overlay of an empty upper folder over the unpacked base
+// at dir, or, where the host has no overlay, makes the unpacked base dir
+// itself.
+func (ws *localWorkspace) layer() error {
+	for _, d := range []string{ws.upper, ws.work, ws.dir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return fmt.Errorf("sandbox: checkout: %w", err)
+		}
+	}
+	// The overlay's top folder is the upper one's: the session's, 0700.
+	if err := os.Lchown(ws.upper, int(ws.uid), int(ws.uid)); err != nil {
+		return fmt.Errorf("sandbox: checkout: %w", err)
+	}
+	err := MountLayers(ws.lower, ws.upper, ws.work, ws.dir)
+	if err == nil {
+		ws.layered = true
+		return nil
+	}
+	if !errors.Is(err, ErrNoLayers) {
+		return err
+	}
+	ws.layered = false
+	for _, d := range []string{ws.upper, ws.work, ws.dir} {
+		if err := RemoveTree(d); err != nil {
+			return err
+		}
+	}
+	return os.Rename(ws.lower, ws.dir)
+}
+
+// sparesAhead is how many helpers wait for a session's next commands: a
+// helper's start-up takes longer than a short command, so commands run
+// back to back would otherwise catch up with the one started for them.
+// Three, since a spare starts up at a low priority (on spare CPU only) and
+// then waits for the kernel to move it into its cgroups: two started for
+// commands 25 ms apart were often not ready yet on a busy 2-core host.
+const sparesAhead = 3
+
+// prepareSpares starts, in the background, helpers for the workspace's
+// next commands, run as uid, up to sparesAhead.
+func (ws *localWorkspace) prepareSpares(box *Sandbox, uid uint32, log *slog.Logger) {
+	ws.spareMu.Lock()
+	generation := ws.generation
+	missing := max(sparesAhead-len(ws.spares)-ws.starting, 0)
+	ws.starting += missing
+	ws.spareMu.Unlock()
+	for range missing {
+		go func() {
+			spare, err := box.Spare(uid)
+			ws.spareMu.Lock()
+			ws.starting--
+			// Not when the checkout was removed meanwhile: it saw old mounts.
+			keep := err == nil && ws.generation == generation && len(ws.spares) < sparesAhead
+			if keep {
+				ws.spares = append(ws.spares, spare)
+			}
+			ws.spareMu.Unlock()
+			if err != nil {
+				log.Warn("no spare sandbox helper", "err", err)
+			} else if !keep {
+				spare.Close()
+			}
+		}()
+	}
+}
+
+// takeSpare hands the oldest waiting helper, if any, to a command.
+func (ws *localWorkspace) takeSpare() *Spare {
+	ws.spareMu.Lock()
+	defer ws.spareMu.Unlock()
+	if len(ws.spares) == 0 {
+		return nil
+	}
+	spare := ws.spares[0]
+	ws.spares = ws.spares[1:]
+	return spare
+}
+
+// dropSpares ends the waiting helpers: the workspace's mounts change or go.
+func (ws *localWorkspace) dropSpares() {
+	ws.spareMu.Lock()
+	spares := ws.spares
+	ws.spares = nil
+	ws.generation++
+	ws.spareMu.Unlock()
+	for _, spare := range spares {
+		spare.Close()
+	}
+}
+
+// remove unmounts the checkout's overlay, a leftover of a server that
+// stopped included, and removes its folders.
+func (ws *localWorkspace) remove() error {
+	ws.dropSpares()
+	if err := UnmountLayers(ws.dir); err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range []string{ws.dir, ws.lower, ws.upper, ws.work} {
+		errs = append(errs, RemoveTree(d))
+	}
+	return errors.Join(errs...)
+}
+
+// replaceFile removes whatever is at p (never following a link the
+// session's user may have left there) and, when exists, writes content.
+// What it creates belongs to the session's user with the modes an editor
+// under umask 022 would give, and a file that was executable stays so: the
+// person's own tools must be able to change it and the folders around it.
+func replaceFile(root *os.Root, p string, content []byte, exists bool, uid, gid uint32) error {
+	perm := fs.FileMode(0o644)
+	if fi, err := root.Lstat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		perm = 0o755
+	}
+	if err := removeIn(root, p); err != nil {
+		return err
+	}
+	if !exists {
+		return nil
+	}
+	if err := mkdirAllOwned(root, path.Dir(p), uid, gid); err != nil {
+		return err
+	}
+	f, err := root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Lchown(p, int(uid), int(gid))
+	}
+	return err
+}
+
+// removeIn removes p in root and all below it, with the bounded
+// descriptors of RemoveTreeAt: a shell of the session may have made it a
+// folder thousands of levels deep.
+func removeIn(root *os.Root, p string) error {
+	parent, err := root.OpenFile(path.Dir(p), os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	return RemoveTreeAt(int(parent.Fd()), path.Base(p))
+}
+
+// mkdirAllOwned creates the folders of dir that are missing, each 0755 and
+// owned by the session's user; folders that exist are left as they are.
+func mkdirAllOwned(root *os.Root, dir string, uid, gid uint32) error {
+	if dir == "." || dir == "" {
+		return nil
+	}
+	if err := mkdirAllOwned(root, path.Dir(dir), uid, gid); err != nil {
+		return err
+	}
+	err := root.Mkdir(dir, 0o755)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return root.Lchown(dir, int(uid), int(gid))
+}
+
+// chownTree gives a freshly built tree to the session's user, without
+// following links.
+func chownTree(dir string, uid, gid uint32) error {
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(uid), int(gid))
+	})
+}

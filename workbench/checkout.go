@@ -1,0 +1,206 @@
+package workbench
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"time"
+
+	"atelier/editsession"
+	"atelier/gitsvc"
+	"atelier/models"
+	"atelier/sandbox"
+)
+
+// checkoutIdle is how long a checkout stays after its last command; the
+// next command has the provider build it again from the fork and the
+// edits (ADR 0029).
+const checkoutIdle = 2 * time.Minute
+
+// checkout is what the workbench knows of a session's checkout, which
+// its provider keeps: the base tree with the session's edits on top, owned
+// by the session's user.
+type checkout struct {
+	ref sandbox.Session
+	// layered: the provider's capture walk (Changed) meets only what was
+	// written or deleted; otherwise it walks the whole checkout.
+	layered bool
+	// synced maps each path that differs from the base in the checkout to
+	// the version of the edit it holds (editVersion); the next sync writes
+	// only edits that changed since, so changes a shell made meanwhile are
+	// not undone. The version is the content, not a time: two saves within
+	// one clock tick must still both reach the checkout.
+	synced   map[string]string
+	lastUsed time.Time
+	// seen is what the last capture read of each text file, by the file's
+	// inode and times, so the next reads only what changed (FileStat).
+	seen map[string]seenFile
+	// base is the tree of baseCommit (baseEntries), listed once: a commit
+	// does not change. baseSorted and baseFolders index it for captures,
+	// made when first needed.
+	base        map[string]gitsvc.Entry
+	baseCommit  string
+	baseSorted  []string
+	baseFolders map[string]bool
+}
+
+// gitBase is a session's base, the fork at its base commit, as the tar
+// stream a provider unpacks.
+type gitBase struct {
+	git    *gitsvc.Service
+	repo   *gitsvc.Repo
+	commit string
+}
+
+func (b gitBase) WriteTar(ctx context.Context, w io.Writer) error {
+	return b.git.Archive(ctx, b.repo, b.commit, w)
+}
+
+// checkouts tracks the live checkouts of this instance, one command at a
+// time per session.
+type checkouts struct {
+	mu    sync.Mutex
+	live  map[string]*checkout
+	locks map[string]*sync.Mutex
+}
+
+func newCheckouts() *checkouts {
+	return &checkouts{live: map[string]*checkout{}, locks: map[string]*sync.Mutex{}}
+}
+
+// tryLock takes the session's lock when nobody holds it.
+func (c *checkouts) tryLock(id string) (unlock func(), ok bool) {
+	c.mu.Lock()
+	l, found := c.locks[id]
+	if !found {
+		l = &sync.Mutex{}
+		c.locks[id] = l
+	}
+	c.mu.Unlock()
+	if !l.TryLock() {
+		return nil, false
+	}
+	return l.Unlock, true
+}
+
+// lock serialises the commands of one session.
+func (c *checkouts) lock(id string) func() {
+	c.mu.Lock()
+	l, ok := c.locks[id]
+	if !ok {
+		l = &sync.Mutex{}
+		c.locks[id] = l
+	}
+	c.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// gitBlobID is git's name for content as a blob, to compare a file with the
+// base without reading the base.
+func gitBlobID(content []byte) string {
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", len(content))
+	h.Write(content)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// baseEntries is the base tree: path → entry, for blobs, links and
+// submodules; read only, kept on the checkout while its base stays.
+func (r *Runtime) baseEntries(ctx context.Context, sess editsession.Identity, co *checkout) (map[string]gitsvc.Entry, error) {
+	if co.base != nil && co.baseCommit == sess.Source.Commit {
+		return co.base, nil
+	}
+	_, all, err := r.git.ListAll(ctx, sess.Source.Repo, sess.Source.Commit)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]gitsvc.Entry, len(all))
+	for _, e := range all {
+		if e.Type != "tree" {
+			m[e.Path] = e
+		}
+	}
+	co.base, co.baseCommit, co.baseSorted, co.baseFolders = m, sess.Source.Commit, nil, nil
+	return m, nil
+}
+
+// basePaths are the paths of the base's files and links, sorted, so the
+// ones below a folder are found without looking at the others.
+func (co *checkout) basePaths() []string {
+	if co.baseSorted == nil {
+		co.baseSorted = make([]string, 0, len(co.base))
+		for p, b := range co.base {
+			if b.Type == "blob" {
+				co.baseSorted = append(co.baseSorted, p)
+			}
+		}
+		sort.Strings(co.baseSorted)
+	}
+	return co.baseSorted
+}
+
+// holdsBase says the base has a file or link below the folder p.
+func (co *checkout) holdsBase(p string) bool {
+	if co.baseFolders == nil {
+		co.baseFolders = map[string]bool{}
+		for q, b := range co.base {
+			if b.Type != "blob" {
+				continue
+			}
+			for d := parentDir(q); d != "" && !co.baseFolders[d]; d = parentDir(d) {
+				co.baseFolders[d] = true
+			}
+		}
+	}
+	return co.baseFolders[p]
+}
+
+// sync writes into the checkout the edits saved since it last saw them
+// (in the editor, say), and the base again where an edit went away. The
+// edits are compared by the digests PostgreSQL keeps, and only the
+// changed ones are read, one at a time.
+func (r *Runtime) sync(ctx context.Context, sess editsession.Identity, co *checkout) error {
+	versions, err := r.edits.EditVersions(ctx, sess.ID)
+	if err != nil {
+		return err
+	}
+	current := make(map[string]bool, len(versions))
+	for i := range versions {
+		p := versions[i].Path
+		current[p] = true
+		if v, ok := co.synced[p]; ok && v == storedVersion(&versions[i]) {
+			continue
+		}
+		e, err := r.edits.Edit(ctx, sess.ID, p)
+		if errors.Is(err, models.ErrNotFound) {
+			continue // forgotten meanwhile: the next sync puts the base back
+		}
+		if err != nil {
+			return err
+		}
+		if err := r.sb.Provider.Write(ctx, co.ref, sandbox.File{Path: p, Content: e.Content, Exists: !e.Deleted}); err != nil {
+			return err
+		}
+		co.synced[p] = editVersion(e)
+	}
+	for p := range co.synced {
+		if current[p] {
+			continue
+		}
+		content, exists, err := r.edits.BaseFile(ctx, sess, p)
+		if err != nil {
+			return err
+		}
+		if err := r.sb.Provider.Write(ctx, co.ref, sandbox.File{Path: p, Content: content, Exists: exists}); err != nil {
+			return err
+		}
+		delete(co.synced, p)
+	}
+	return nil
+}

@@ -1,0 +1,280 @@
+package workbench
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"atelier/editsession"
+	"atelier/events"
+	"atelier/fault"
+	"atelier/meter"
+	"atelier/models"
+	"atelier/sandbox"
+	"atelier/workspace"
+)
+
+// Command limits (ADR 0029).
+const (
+	CommandTimeout = 120 * time.Second
+	CommandTail    = 64 << 10
+	// maxNotes bounds the notes of one command; a build that writes
+	// thousands of files gets a count instead of thousands of lines.
+	maxNotes = 50
+	// busyRetry is when a command refused for a full instance should be
+	// tried again: about the time a short command takes.
+	busyRetry = 5 * time.Second
+)
+
+// ErrSandboxBusy: the instance runs as many commands as it may at once.
+var ErrSandboxBusy = fault.WithRetryAfter(fault.New(fault.Limit, "sandbox_busy",
+	"workbench: the server runs as many commands as it may at once",
+	"The server runs as many commands as it may at once; try again in a few seconds."), busyRetry)
+
+// ErrSandboxBusyPerson: the person holds their share of the instance's
+// command slots; the rest are kept for everybody else. Refusals name the
+// share (commandSlots.take).
+var ErrSandboxBusyPerson = fault.WithRetryAfter(fault.New(fault.Limit, "sandbox_busy_person",
+	"workbench: the person runs as many commands at once as one person may",
+	"You already run as many commands at once as one person may on this server."), busyRetry)
+
+// ErrNoRunningCommand: a cancel found no command of the session running.
+var ErrNoRunningCommand = fault.New(fault.Conflict, "no_running_command",
+	"workbench: no command of this session is running", "No command of this session is running.")
+
+// errCanceledByPerson is the cause a command's context ends with when its
+// session's owner cancels it, told apart from a request that went away.
+var errCanceledByPerson = errors.New("workbench: command canceled by its session's owner")
+
+// CommandResult is what a command did, as the person sees it.
+type CommandResult struct {
+	ExitCode int `json:"exitCode"`
+	// Canceled says the session's owner stopped the command; the output
+	// is what it wrote until then.
+	Canceled        bool     `json:"canceled"`
+	Stdout          string   `json:"stdout"`
+	Stderr          string   `json:"stderr"`
+	StdoutTruncated bool     `json:"stdoutTruncated"`
+	StderrTruncated bool     `json:"stderrTruncated"`
+	DurationMS      int64    `json:"durationMs"`
+	Notes           []string `json:"notes"`
+}
+
+// RunCommand runs command in folder of the session's checkout as the
+// session's user, then turns what it changed into edits. It reserves
+// sandbox time first and settles it after, and audits the command. While
+// it runs, its output streams to whoever follows CommandOutput.
+//
+// Once it has started, the command runs to its end (or its timeout, or
+// CancelCommands) whether or not ctx ends: a page that reloads follows it
+// again instead of killing it.
+func (r *Runtime) RunCommand(ctx context.Context, session Session, command, folder string) (res *CommandResult, err error) {
+	sess := session.Identity()
+	if err := sess.Editable(); err != nil {
+		return nil, err
+	}
+	if err := workspace.CheckRelDir(folder); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(command) == "" {
+		return nil, editsession.ErrEmptyCommand
+	}
+	uid, err := r.sandboxUser(sess)
+	if err != nil {
+		return nil, err
+	}
+	// The slot is taken before the session's lock, so that commands
+	// queued behind their session's earlier one count too: a flood from
+	// one session is refused instead of piling up.
+	release, err := r.slots.take(sess.UserID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	r.admitted.Add(1)
+	defer r.admitted.Add(-1)
+	unlock := r.checkouts.lock(sess.ID)
+	defer unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err // nobody waits for it any more, and it has not started
+	}
+	ctx = context.WithoutCancel(ctx)
+
+	reserved, err := r.sb.Meter.Reserve(ctx, sess.ProjectID, r.sb.Instance)
+	if err != nil {
+		return nil, err
+	}
+	start := r.now()
+	// CancelCommands ends runCtx; the sandbox's runner then stops the
+	// command as it would at a timeout.
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// Its viewers get the exit event once the answer is ready (the audit
+	// row written), so a page that follows it reads a history that has it.
+	live := r.commands.follow(sess.ID, r.terms.NewOutput())
+	defer func() { live.end(res, err) }()
+	done := r.commands.add(&RunningCommand{SessionID: sess.ID, ProjectID: sess.ProjectID, Project: sess.Project.Name,
+		UserID: sess.UserID, Command: command, Folder: folder, StartedAt: start, cancel: cancel})
+	r.hint(events.TopicCommands)
+	defer r.hint(events.TopicCommands) // after the audit row, or the failure
+	out, runErr := r.runInCheckout(runCtx, sess, uid, command, folder, live.out)
+	end := r.now()
+	done()
+	// Settling and the audit row are independent: they go to the
+	// database side by side, and the answer waits for both.
+	var settled sync.WaitGroup
+	defer settled.Wait()
+	settled.Go(func() {
+		if _, err := r.sb.Meter.Settle(ctx, reserved, start, end); err != nil {
+			r.log.Error("sandbox time not settled", "session", sess.ID, "err", err)
+		}
+	})
+	if runErr != nil {
+		return nil, runErr
+	}
+	if r.sb.Observer != nil {
+		r.sb.Observer.CommandRan(out.ExitCode, time.Duration(out.DurationMS)*time.Millisecond)
+	}
+	audit := &models.SessionCommand{SessionID: sess.ID, Command: command, Folder: folder,
+		ExitCode: out.ExitCode, Canceled: out.Canceled, DurationMS: out.DurationMS, StartedAt: start}
+	if err := r.db.AddSessionCommand(ctx, audit); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CancelCommands stops the commands of sess running on this instance and
+// answers how many it stopped, or ErrNoRunningCommand. Each one's
+// RunCommand then returns a result with Canceled set.
+func (r *Runtime) CancelCommands(session Session) (int, error) {
+	sess := session.Identity()
+	n := 0
+	r.commands.mu.Lock()
+	for c := range r.commands.all {
+		if c.SessionID == sess.ID && c.cancel != nil {
+			c.cancel(errCanceledByPerson)
+			n++
+		}
+	}
+	r.commands.mu.Unlock()
+	if n == 0 {
+		return 0, ErrNoRunningCommand
+	}
+	return n, nil
+}
+
+// CommandsHeld is how many commands this instance holds: running, or
+// waiting for their session's earlier command (the count
+// Sandboxes.MaxRunning bounds).
+func (r *Runtime) CommandsHeld() int { return int(r.admitted.Load()) }
+
+// commandSlots are the instance's slots for commands and who holds them.
+// One person holds at most half of them, rounded up, so that one person's
+// builds never leave everybody else a 429: the other half waits for the
+// others. A Change's check is nobody's and takes only an instance's slot
+// (checks run one at a time).
+type commandSlots struct {
+	mu     sync.Mutex
+	max    int // 0: no bound
+	share  int // the slots one person may hold
+	held   int
+	byUser map[int64]int
+}
+
+// nobody holds a check's slot: user ids start at 1.
+const nobody int64 = 0
+
+func newCommandSlots(max int) *commandSlots {
+	return &commandSlots{max: max, share: (max + 1) / 2, byUser: map[int64]int{}}
+}
+
+// take takes a slot for user's command, or refuses at once: with
+// ErrSandboxBusyPerson when user holds their share (their own commands
+// must end first, whatever the others do), else with ErrSandboxBusy when
+// the instance has none free. A command is never queued behind other
+// people's commands.
+func (s *commandSlots) take(user int64) (release func(), err error) {
+	if s.max <= 0 {
+		return func() {}, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if user != nobody && s.byUser[user] >= s.share {
+		return nil, fault.Detailf(ErrSandboxBusyPerson, " (%d of its %d); the others are kept for everybody else, so try again when one of yours ends",
+			s.share, s.max)
+	}
+	if s.held >= s.max {
+		return nil, ErrSandboxBusy
+	}
+	s.held++
+	if user != nobody {
+		s.byUser[user]++
+	}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.held--
+		if user != nobody {
+			if s.byUser[user]--; s.byUser[user] == 0 {
+				delete(s.byUser, user)
+			}
+		}
+	}, nil
+}
+
+func (r *Runtime) runInCheckout(ctx context.Context, sess editsession.Identity, uid uint32, command, folder string, live io.Writer) (*CommandResult, error) {
+	// A cancel while the checkout is built stops the command as it starts
+	// (its answer: cancelled), not the build halfway.
+	co, err := r.checkoutFor(context.WithoutCancel(ctx), sess, uid)
+	if err != nil {
+		return nil, err
+	}
+	result, err := r.sb.Provider.Run(ctx, co.ref, sandbox.Command{Argv: sandbox.CommandArgv(command), Folder: folder, Output: live,
+		Limits: sandbox.Limits{Timeout: CommandTimeout, MaxStream: CommandTail, Tail: true, TimeoutExit: 124}})
+	// Run returns once every process of the command has ended (its PID
+	// namespace goes with it); the session's shells live on.
+	co.lastUsed = r.now()
+	canceled := false
+	var runErr *sandbox.RunError
+	if errors.Is(err, sandbox.ErrCanceled) && errors.Is(context.Cause(ctx), errCanceledByPerson) && errors.As(err, &runErr) {
+		// Stopped on purpose: what it wrote, and what it changed until
+		// then, is the result.
+		result, err, canceled = &runErr.Partial, nil, true
+		ctx = context.WithoutCancel(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	report, err := r.capture(ctx, sess, co)
+	if err != nil {
+		return nil, err
+	}
+	notes := report.notes()
+	stderr := string(result.Stderr)
+	for _, n := range notes {
+		stderr += "atelier: " + n + "\n"
+	}
+	return &CommandResult{
+		ExitCode: result.ExitCode, Canceled: canceled, Stdout: string(result.Stdout), Stderr: stderr,
+		StdoutTruncated: result.StdoutTruncated, StderrTruncated: result.StderrTruncated,
+		DurationMS: result.Duration.Milliseconds(), Notes: notes,
+	}, nil
+}
+
+// historyLength is how many past commands the page lists.
+const historyLength = 20
+
+// History returns the session's latest commands and the project's sandbox
+// time this month.
+func (r *Runtime) History(ctx context.Context, session Session) ([]models.SessionCommand, meter.Usage, error) {
+	sess := session.Identity()
+	cmds, err := r.db.SessionCommands(ctx, sess.ID, historyLength)
+	if err != nil {
+		return cmds, meter.Usage{}, err
+	}
+	usage, err := r.sb.Meter.Usage(ctx, sess.ProjectID)
+	return cmds, usage, err
+}
