@@ -3,12 +3,15 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"atelier/instances"
 	"atelier/testrig/wait"
@@ -35,9 +38,10 @@ func clusterOf(t *testing.T) (a, b *harness, owner *client, sessionID, base stri
 
 // Through either instance, a session's commands and shells run on the one
 // that holds it: a command sent to the other runs there and answers here,
-// keystrokes sent to both in turn reach the shell once each and in order,
-// its stream reads the same through both, the terminal list is the same,
-// and a cancel through the other stops the holder's command.
+// a thousand keystrokes sent to both in turn reach the shell once each and
+// in order, its stream resumed through the other goes on from the exact
+// byte, the terminal list is the same, and a cancel through the other
+// stops the holder's command at once.
 func TestRequestsReachTheSessionsHolder(t *testing.T) {
 	needRoot(t)
 	a, b, viaA, sessionID, base := clusterOf(t)
@@ -60,7 +64,17 @@ func TestRequestsReachTheSessionsHolder(t *testing.T) {
 	if _, err := a.app.Terminals.Get(term.ID); err != nil {
 		t.Fatalf("the shell opened through b does not run on a: %v", err)
 	}
-	typed := "echo ordered-" + strings.Repeat("x", 20) + "-$((6*7))\r"
+	// A thousand keystrokes, alternating between the instances: the line
+	// echoed back is every one of them once and in order. Its numbers
+	// never repeat a run, so a key lost, doubled or swapped shows.
+	var line strings.Builder
+	for i := 0; line.Len() < 980; i++ {
+		fmt.Fprintf(&line, "%d.", i)
+	}
+	typed := "echo " + line.String()[:980] + "-$((6*7))\r"
+	if n := len(typed); n < 990 || n > 1000 {
+		t.Fatalf("typed %d keys", n)
+	}
 	seq := term.NextSeq
 	for i, key := range strings.Split(typed, "") {
 		via := viaA
@@ -72,9 +86,17 @@ func TestRequestsReachTheSessionsHolder(t *testing.T) {
 		}
 		seq++
 	}
-	want := "ordered-" + strings.Repeat("x", 20) + "-42"
-	viaB.streamUntil(t, base+"/terminals/"+term.ID+"/stream", want)
-	viaA.streamUntil(t, base+"/terminals/"+term.ID+"/stream", want)
+	want := line.String()[:980] + "-42"
+	stream := base + "/terminals/" + term.ID + "/stream"
+	throughA, _ := viaA.streamUntil(t, stream, want)
+	throughA = throughA[:strings.Index(throughA, want)+len(want)]
+	// Resumed through b from a byte a read through a passed, the stream
+	// goes on from exactly that byte.
+	from := len(throughA) / 4
+	throughB, _ := viaB.streamUntil(t, stream+"?from="+strconv.Itoa(from), want)
+	if throughB = throughB[:strings.Index(throughB, want)+len(want)]; throughB != throughA[from:] {
+		t.Fatalf("resumed through b at byte %d, the stream read %q\nwhere a read %q", from, throughB, throughA[from:])
+	}
 
 	for _, via := range []*client{viaA, viaB} {
 		var list []termJSON
@@ -97,8 +119,53 @@ func TestRequestsReachTheSessionsHolder(t *testing.T) {
 		if strings.Contains(out.Stdout, "never") {
 			t.Fatalf("the cancelled command ran on: %+v", out)
 		}
-	case <-t.Context().Done():
-		t.Fatal("the command cancelled through b never ended")
+	case <-time.After(wait.Long.Duration()):
+		t.Fatalf("the command cancelled through b still ran after %s", wait.Long.Duration())
+	}
+}
+
+// Two commands of one session sent at once, one through each instance, run
+// one after the other on the holder: neither starts before the other ends,
+// so neither's capture can overwrite the other's edits.
+func TestOneSessionsCommandsNeverOverlapAcrossInstances(t *testing.T) {
+	needRoot(t)
+	a, b, viaA, _, base := clusterOf(t)
+	viaB := b.signIn("owner")
+	type span struct{ start, end float64 }
+	spans := make(chan span, 2)
+	errs := make(chan error, 2)
+	for name, via := range map[string]*client{"a": viaA, "b": viaB} {
+		go func() {
+			out, res := via.run(base, "date +%s.%N; sleep 0.5; echo "+name+" >> both.txt; date +%s.%N", "")
+			if res.StatusCode != http.StatusOK || out.ExitCode != 0 {
+				errs <- fmt.Errorf("the command through %s: %d %+v", name, res.StatusCode, out)
+				return
+			}
+			var s span
+			if _, err := fmt.Sscan(out.Stdout, &s.start, &s.end); err != nil {
+				errs <- fmt.Errorf("the command through %s printed %q: %v", name, out.Stdout, err)
+				return
+			}
+			spans <- s
+		}()
+	}
+	var got []span
+	for len(got) < 2 {
+		select {
+		case s := <-spans:
+			got = append(got, s)
+		case err := <-errs:
+			t.Fatal(err)
+		}
+	}
+	if first, second := got[0], got[1]; first.start < second.end && second.start < first.end {
+		t.Fatalf("the two commands ran at once: %+v and %+v", first, second)
+	}
+	if out := viaA.mustRun(base, "sort both.txt | tr -d '\\n'"); out.Stdout != "ab" {
+		t.Fatalf("both commands' edits: %q", out.Stdout)
+	}
+	if a.app.Runtime.CommandsHeld() != 0 || b.app.Runtime.CommandsHeld() != 0 {
+		t.Fatal("a command is still held")
 	}
 }
 
