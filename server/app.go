@@ -54,8 +54,10 @@ type App struct {
 	// goroutines here that read its subscriptions.
 	Bus       bus.Bus
 	followers *sync.WaitGroup
-	Meter     *meter.Meter
-	Sandbox   *sandbox.Sandbox
+	// toPeers carries requests handed to other instances; nil alone.
+	toPeers *http.Transport
+	Meter   *meter.Meter
+	Sandbox *sandbox.Sandbox
 	// Instance names this server process in leases and reservations;
 	// Instances keeps its row among the instances on the database.
 	Instance  string
@@ -249,9 +251,11 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	// A request about a session another instance runs is handed to it,
 	// when the instances share a secret and say where they are.
 	var forward handlers.Forwarder
+	var toPeers *http.Transport
 	if cfg.forwardAddress() != "" {
+		toPeers = forwardTransport()
 		forward = &forwarder{secret: []byte(cfg.ClusterSecret), from: instance, now: time.Now, log: log,
-			transport: http.DefaultTransport, adapter: handlers.Adapter{Render: render, Log: log}}
+			transport: toPeers, adapter: handlers.Adapter{Render: render, Log: log}}
 	}
 	a := &App{
 		Auth:         authSvc,
@@ -262,6 +266,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		Events:       recorder,
 		Bus:          shared,
 		followers:    followers,
+		toPeers:      toPeers,
 		Meter:        usage,
 		Sandbox:      box,
 		Instance:     instance,

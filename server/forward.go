@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -70,6 +71,24 @@ func (f *forwarder) Forward(c *gin.Context, address string) {
 		},
 	}
 	proxy.ServeHTTP(&deadlineWriter{ResponseWriter: c.Writer}, c.Request)
+}
+
+// forwardTransport is how an instance reaches another: never through a
+// proxy named in the environment (internal addresses are the cluster's
+// own), a connection opened within a few seconds or not at all, and kept
+// for the next keystroke. Nothing bounds the wait for an answer's head: a
+// command answers when it ends.
+func forwardTransport() *http.Transport {
+	dialer := &net.Dialer{Timeout: 3 * time.Second, KeepAlive: 15 * time.Second}
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           dialer.DialContext,
+		TLSHandshakeTimeout:   5 * time.Second,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
 }
 
 // forwardWriteWait bounds each write of a forwarded answer to the browser:

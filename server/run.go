@@ -193,6 +193,9 @@ func (a *App) Close(ctx context.Context) error {
 	// them runs here; the bus goes last, once nothing here publishes.
 	err = errors.Join(err, a.Instances.Stop(ctx), a.Bus.Close())
 	a.followers.Wait()
+	if a.toPeers != nil {
+		a.toPeers.CloseIdleConnections()
+	}
 	return err
 }
 
