@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -197,6 +198,14 @@ func clusterKill(s *server, logw func(string)) (string, bool) {
 	if address == peer.base {
 		victim = peer
 	}
+	other := peer
+	if victim == peer {
+		other = s
+	}
+	hop, err := keystrokeHop(c, base, victim.base, other.base)
+	if err != nil {
+		return "keystrokes before the kill: " + err.Error(), false
+	}
 	logw(fmt.Sprintf("killing %s, which holds the session", victim.base))
 
 	killed := time.Now()
@@ -246,12 +255,48 @@ func clusterKill(s *server, logw func(string)) (string, bool) {
 	if err := victim.launch(); err != nil {
 		why = append(why, "the killed instance did not start again: "+err.Error())
 	}
-	detail := fmt.Sprintf("holder SIGKILLed: stream lost after %s, new shell %s later, reservations settled after %s, saved edit intact",
-		dur(lostAfter), dur(shellAfter), dur(settledAfter))
+	detail := fmt.Sprintf("%s; holder SIGKILLed: stream lost after %s, new shell %s later, reservations settled after %s, saved edit intact",
+		hop, dur(lostAfter), dur(shellAfter), dur(settledAfter))
 	if len(why) > 0 {
 		return detail + "; " + strings.Join(why, "; "), false
 	}
 	return detail, true
+}
+
+// hopKeys is how many keystrokes keystrokeHop sends each way.
+const hopKeys = 500
+
+// keystrokeHop types into a new shell of the session, one key per request,
+// alternately to the instance holding it (direct) and to the other (which
+// hands each on over the cluster's internal address), and says how long a
+// keystroke's request took each way: the extra hop's cost, measured side
+// by side in one run.
+func keystrokeHop(c *client, base, holder, other string) (string, error) {
+	tid, seq, err := c.openShellAt(base, "cat >/dev/null\n")
+	if err != nil {
+		return "", err
+	}
+	var direct, hop []time.Duration
+	for i := range 2 * hopKeys {
+		origin, took := holder, &direct
+		if i%2 == 1 {
+			origin, took = other, &hop
+		}
+		start := time.Now()
+		if err := c.typeInto(origin, base, tid, seq, "x"); err != nil {
+			return "", err
+		}
+		*took = append(*took, time.Since(start))
+		seq++
+	}
+	return fmt.Sprintf("keystroke p50/p99 direct %s, through the other instance %s", percentiles(direct), percentiles(hop)), nil
+}
+
+// percentiles says a sample's p50 and p99 in milliseconds.
+func percentiles(d []time.Duration) string {
+	slices.Sort(d)
+	ms := func(q int) string { return strconv.FormatFloat(float64(d[len(d)*q/100])/float64(time.Millisecond), 'f', 2, 64) }
+	return ms(50) + "/" + ms(99) + " ms"
 }
 
 func dur(d time.Duration) string {

@@ -599,11 +599,18 @@ func (c *client) runCommand(base, command string) (*commandResult, error) {
 // openShell opens a terminal in the session, types input into it and
 // returns its id.
 func (c *client) openShell(base, input string) (string, error) {
+	id, _, err := c.openShellAt(base, input)
+	return id, err
+}
+
+// openShellAt is openShell that also answers the sequence number the
+// terminal's next input takes.
+func (c *client) openShellAt(base, input string) (string, uint64, error) {
 	req, _ := http.NewRequest(http.MethodPost, c.Base+base+"/terminals", strings.NewReader(url.Values{"cols": {"80"}, "rows": {"24"}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	resp, err := c.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("abuse: open shell: %w", err)
+		return "", 0, fmt.Errorf("abuse: open shell: %w", err)
 	}
 	defer resp.Body.Close()
 	var t struct {
@@ -611,16 +618,25 @@ func (c *client) openShell(base, input string) (string, error) {
 		NextSeq uint64 `json:"nextSeq"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&t); err != nil || t.ID == "" {
-		return "", fmt.Errorf("abuse: open shell: no id in the answer (%v)", err)
+		return "", 0, fmt.Errorf("abuse: open shell: no id in the answer (%v)", err)
 	}
-	req, _ = http.NewRequest(http.MethodPost, c.Base+base+"/terminals/"+t.ID+"/input", strings.NewReader(input))
-	req.Header.Set("X-Input-Seq", strconv.FormatUint(t.NextSeq, 10))
+	if err := c.typeInto(c.Base, base, t.ID, t.NextSeq, input); err != nil {
+		return "", 0, err
+	}
+	return t.ID, t.NextSeq + 1, nil
+}
+
+// typeInto sends input to a terminal as the keystrokes numbered seq,
+// through the instance at origin.
+func (c *client) typeInto(origin, base, tid string, seq uint64, input string) error {
+	req, _ := http.NewRequest(http.MethodPost, origin+base+"/terminals/"+tid+"/input", strings.NewReader(input))
+	req.Header.Set("X-Input-Seq", strconv.FormatUint(seq, 10))
 	in, err := c.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("abuse: shell input: %w", err)
+		return fmt.Errorf("abuse: shell input: %w", err)
 	}
 	in.Body.Close()
-	return t.ID, nil
+	return nil
 }
 
 // shellStream reads what the shell's stream says, for at most a second.
