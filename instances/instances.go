@@ -45,7 +45,12 @@ type Options struct {
 	Place, PlaceLock string
 	// Address is where other instances hand this one requests about the
 	// sessions it holds (ATELIER_INTERNAL_URL); "": nowhere.
-	Address          string
+	Address string
+	// Shared is a folder on the volume every instance of the database
+	// must share (the data folder): each live instance keeps a locked
+	// probe there, and a start checks that it sees the others' probes,
+	// locked. "": no check.
+	Shared           string
 	Every, GoneAfter time.Duration // 0: the defaults
 	Now              func() time.Time
 	Log              *slog.Logger
@@ -53,8 +58,9 @@ type Options struct {
 
 // Instance is this server process among those sharing the database.
 type Instance struct {
-	o    Options
-	lock *os.File
+	o     Options
+	lock  *os.File
+	probe *os.File // in Shared, locked while the process lives
 }
 
 // New returns this process's instance; Start records it.
@@ -69,7 +75,9 @@ func New(o Options) *Instance {
 }
 
 // Start takes the place (ErrPlaceTaken while another process holds it),
-// records this instance as its live one, settles what gone instances had
+// checks that the shared folder is the other live instances' and carries
+// their locks (ErrNotShared, ErrLocksNotShared), records this instance as
+// its place's live one, settles what gone instances had
 // reserved, and answers the instances of the place that were still
 // recorded as live: they have ended, and what they left on this host is
 // the caller's to clean.
@@ -88,7 +96,18 @@ func (in *Instance) Start(ctx context.Context) (gone []string, err error) {
 		}
 		return nil, fmt.Errorf("instances: place lock: %w", err)
 	}
+	if in.o.Shared != "" {
+		if in.probe, err = in.holdProbe(); err == nil {
+			err = in.checkShared(ctx)
+		}
+		if err != nil {
+			in.dropProbe()
+			f.Close()
+			return nil, err
+		}
+	}
 	if gone, err = in.o.DB.StartInstance(ctx, in.o.ID, in.o.Place, in.o.Address, in.o.Now()); err != nil {
+		in.dropProbe()
 		f.Close()
 		return nil, err
 	}
@@ -160,6 +179,7 @@ func (in *Instance) Stop(ctx context.Context) error {
 		return nil // never started, or stopped already
 	}
 	err := in.o.DB.StopInstance(ctx, in.o.ID, in.o.Now())
+	in.dropProbe()
 	in.lock.Close()
 	in.lock = nil
 	return err

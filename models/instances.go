@@ -55,6 +55,20 @@ func (s *Store) StartInstance(ctx context.Context, id, place, address string, no
 	return gone, nil
 }
 
+// InstanceBeats answers the last heartbeat of every live instance not of
+// place, by id.
+func (s *Store) InstanceBeats(ctx context.Context, place string) (map[string]time.Time, error) {
+	var rows []Instance
+	if err := s.db.WithContext(ctx).Where("stopped_at IS NULL AND place <> ?", place).Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("models: live instances: %w", translate(err))
+	}
+	beats := make(map[string]time.Time, len(rows))
+	for _, r := range rows {
+		beats[r.ID] = r.HeartbeatAt
+	}
+	return beats, nil
+}
+
 // BeatInstance renews id's heartbeat; ErrInstanceGone once it was
 // declared gone.
 func (s *Store) BeatInstance(ctx context.Context, id string, now time.Time) error {

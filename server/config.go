@@ -487,6 +487,10 @@ func (c Config) forwardAddress() string {
 // instance of its sandbox area.
 func (c Config) InstanceLock() string { return filepath.Join(c.SandboxArea, "instance.lock") }
 
+// InstancesDir is where, in the data folder every instance shares, each
+// live one keeps its locked probe (instances.Options.Shared).
+func (c Config) InstancesDir() string { return filepath.Join(c.DataDir, "instances") }
+
 func or(v, fallback string) string {
 	if v == "" {
 		return fallback
