@@ -146,6 +146,9 @@ type Sessions struct {
 	log      *slog.Logger
 	cleaners []Cleaner // in order, each time a session ends
 	bases    *lru.Cache[string, sessionBase]
+	// tell carries the id of a session that ended here to the other
+	// instances (TellPeers), whose cleaners end what they keep of it.
+	tell func(ctx context.Context, sessionID string)
 }
 
 // Options are what Sessions work with.
@@ -492,6 +495,9 @@ func (s *Sessions) end(ctx context.Context, cs *models.CodeSession, reason strin
 			return fmt.Errorf("editsession: end %s: %w", cs.ID, err)
 		}
 	}
+	if s.tell != nil {
+		s.tell(ctx, cs.ID)
+	}
 	if err := s.git.RemoveRepo(ctx, forkName(cs.ID)); err != nil && !errors.Is(err, gitsvc.ErrNotFound) {
 		return fmt.Errorf("editsession: end %s: %w", cs.ID, err)
 	}
@@ -502,6 +508,37 @@ func (s *Sessions) end(ctx context.Context, cs *models.CodeSession, reason strin
 		s.record(ctx, events.SessionClosed, cs, actor, map[string]any{"session": cs.ID, "reason": reason})
 	}
 	return nil
+}
+
+// TellPeers has every session that ends here told to the other instances
+// by tell. Set it before serving.
+func (s *Sessions) TellPeers(tell func(ctx context.Context, sessionID string)) { s.tell = tell }
+
+// EndedElsewhere has this instance's cleaners end what they keep of the
+// sessions ids that another instance ended: the shells and commands of a
+// session whose runtime this instance held. A session still open is left
+// alone, whoever named it.
+func (s *Sessions) EndedElsewhere(ctx context.Context, ids ...string) error {
+	var errs []error
+	for _, id := range ids {
+		cs, err := s.db.SessionByID(ctx, id)
+		if errors.Is(err, models.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if cs.State == models.SessionOpen {
+			continue
+		}
+		for _, c := range s.cleaners {
+			if err := c.EndSession(ctx, cs); err != nil {
+				errs = append(errs, fmt.Errorf("editsession: end %s here: %w", id, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (s *Sessions) record(ctx context.Context, typ string, cs *models.CodeSession, actor int64, data map[string]any) {

@@ -207,7 +207,8 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	// A sign-in or a membership ended here stops being believed on every
 	// instance at once.
 	followers := &sync.WaitGroup{}
-	for topic, f := range map[string]forgetter{"auth.forget": authSvc, "projects.forget": projectSvc} {
+	ended := &endedSessions{sessions: sessionSvc, runtime: runtime, log: log}
+	for topic, f := range map[string]forgetter{"auth.forget": authSvc, "projects.forget": projectSvc, "sessions.ended": ended} {
 		if err := shareForgets(shared, topic, f, followers, log); err != nil {
 			shared.Close()
 			return nil, err
@@ -328,7 +329,7 @@ func shareForgets(b bus.Bus, topic string, f forgetter, followers *sync.WaitGrou
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := b.Publish(ctx, topic, []byte(forgotten)); err != nil {
-			log.Warn("a change did not reach the other instances; they stop believing the old within 2 s",
+			log.Warn("other instances were not told of a change here; they catch up at their next periodic check",
 				"topic", topic, "err", err)
 		}
 	})
@@ -346,6 +347,35 @@ func shareForgets(b bus.Bus, topic string, f forgetter, followers *sync.WaitGrou
 		}
 	})
 	return nil
+}
+
+// endedSessions ends here what this instance keeps of sessions that ended
+// on another one: a session's end through any instance stops its shells
+// and commands on the instance that runs them within a moment. A gap may
+// have lost some ends: every session held here is looked at again.
+type endedSessions struct {
+	sessions *editsession.Sessions
+	runtime  *workbench.Runtime
+	log      *slog.Logger
+}
+
+// endWait bounds how long ending one session's processes here may take.
+const endWait = time.Minute
+
+func (e *endedSessions) TellPeers(tell func(ctx context.Context, sessionID string)) {
+	e.sessions.TellPeers(tell)
+}
+
+func (e *endedSessions) Forget(sessionID string) { e.end(sessionID) }
+
+func (e *endedSessions) ForgetAll() { e.end(e.runtime.HeldSessions()...) }
+
+func (e *endedSessions) end(ids ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), endWait)
+	defer cancel()
+	if err := e.sessions.EndedElsewhere(ctx, ids...); err != nil {
+		e.log.Warn("a session ended elsewhere still runs something here", "err", err)
+	}
 }
 
 // commandHint is an example command that works in this host's sandbox:

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -181,4 +182,25 @@ func TestAForgedForwardMarkIsNotBelieved(t *testing.T) {
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("a command with a forged mark: %d %s (it was not handed to the holder)", res.StatusCode, readBody(res))
 	}
+}
+
+// A session discarded through the instance that does not run it ends on
+// the one that does, by word of the bus: its shell closes and its checkout
+// goes, with nothing handed on.
+func TestASessionEndedElsewhereEndsWhereItRuns(t *testing.T) {
+	needRoot(t)
+	a, b, viaA, sessionID, base := clusterOf(t)
+	term, res := viaA.openTerminal(base)
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("terminal: %d %s", res.StatusCode, readBody(res))
+	}
+	shellPid(t, a, term.ID)
+	if !slices.Contains(a.app.Runtime.HeldSessions(), sessionID) {
+		t.Fatal("a holds no checkout of the session; the test needs one")
+	}
+	b.signIn("owner").discard(base)
+	waitClosed(t, a, term.ID, "the shell of a session discarded through b")
+	wait.For(t, wait.Short, "a to let the session's checkout go", func() bool {
+		return !slices.Contains(a.app.Runtime.HeldSessions(), sessionID)
+	})
 }

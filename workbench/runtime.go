@@ -340,6 +340,14 @@ func (r *Runtime) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// HeldSessions answers the sessions with a checkout on this instance:
+// every session whose commands or shells run here.
+func (r *Runtime) HeldSessions() []string {
+	r.checkouts.mu.Lock()
+	defer r.checkouts.mu.Unlock()
+	return slices.Collect(maps.Keys(r.checkouts.live))
+}
+
 // CaptureShells turns what running shells changed into edits, for each
 // session with a shell on this instance whose checkout no command holds
 // at the moment (a command's own capture follows it). A shell's files
@@ -347,10 +355,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 // its shells wrote since the last capture, never more than Run's tick.
 // Run calls it.
 func (r *Runtime) CaptureShells(ctx context.Context) {
-	r.checkouts.mu.Lock()
-	ids := slices.Collect(maps.Keys(r.checkouts.live))
-	r.checkouts.mu.Unlock()
-	for _, id := range ids {
+	for _, id := range r.HeldSessions() {
 		if !r.hasShells(id) {
 			continue
 		}
