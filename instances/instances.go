@@ -52,8 +52,12 @@ type Options struct {
 	// locked. "": no check.
 	Shared           string
 	Every, GoneAfter time.Duration // 0: the defaults
-	Now              func() time.Time
-	Log              *slog.Logger
+	// Revived runs when this instance finds it was declared gone and
+	// records itself live again: what it ran for sessions is no longer
+	// its own. nil: nothing.
+	Revived func(ctx context.Context)
+	Now     func() time.Time
+	Log     *slog.Logger
 }
 
 // Instance is this server process among those sharing the database.
@@ -130,8 +134,10 @@ func (in *Instance) Beat(ctx context.Context) {
 	now := in.o.Now()
 	err := in.o.DB.BeatInstance(ctx, in.o.ID, now)
 	if errors.Is(err, models.ErrInstanceGone) {
-		in.o.Log.Error("this instance was declared gone by another (its heartbeat came too late); it records itself live again, and sessions it ran may have moved")
-		err = in.o.DB.ReviveInstance(ctx, in.o.ID, now)
+		in.o.Log.Error("this instance was declared gone by another (its heartbeat came too late); it records itself live again, and ends what it ran for sessions, which may have moved")
+		if err = in.o.DB.ReviveInstance(ctx, in.o.ID, now); err == nil && in.o.Revived != nil {
+			in.o.Revived(ctx)
+		}
 	}
 	if err != nil {
 		in.o.Log.Warn("instance heartbeat not renewed", "err", err)

@@ -204,3 +204,50 @@ func TestASessionEndedElsewhereEndsWhereItRuns(t *testing.T) {
 		return !slices.Contains(a.app.Runtime.HeldSessions(), sessionID)
 	})
 }
+
+// An instance declared gone while it still ran a session's command (a
+// stall, say) does not overwrite what the instance that took the session
+// since captured: its command's capture is refused and its checkout goes.
+// Once it finds itself declared gone, it ends its shells.
+func TestAnInstanceDeclaredGoneLetsItsSessionsGo(t *testing.T) {
+	needRoot(t)
+	a, b, viaA, sessionID, base := clusterOf(t)
+	viaB := b.signIn("owner")
+	term, res := viaA.openTerminal(base)
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("terminal: %d %s", res.StatusCode, readBody(res))
+	}
+	shellPid(t, a, term.ID)
+	answer := make(chan *http.Response, 1)
+	go func() {
+		_, res := viaA.run(base, "sleep 2; echo late > late.txt", "")
+		answer <- res
+	}()
+	wait.For(t, wait.Long, "the long command to run on a", func() bool { return a.app.Runtime.CommandsHeld() == 1 })
+
+	// What another instance's beat does to one whose heartbeat is late.
+	ctx := t.Context()
+	if err := a.store.Exec(ctx, "UPDATE instances SET stopped_at = now() WHERE id = ?", a.app.Instance); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.store.Exec(ctx, "UPDATE code_sessions SET runtime_instance = NULL WHERE runtime_instance = ?", a.app.Instance); err != nil {
+		t.Fatal(err)
+	}
+	viaB.mustRun(base, "echo b > b.txt")
+	if !slices.Contains(b.app.Runtime.HeldSessions(), sessionID) {
+		t.Fatal("b did not take the session a was declared gone from")
+	}
+	expectProblem(t, <-answer, http.StatusConflict, "session_elsewhere")
+	if out := viaB.mustRun(base, "ls"); !strings.Contains(out.Stdout, "b.txt") || strings.Contains(out.Stdout, "late.txt") {
+		t.Fatalf("the session's files after the late capture: %q", out.Stdout)
+	}
+	if slices.Contains(a.app.Runtime.HeldSessions(), sessionID) {
+		t.Fatal("a kept its stale checkout of the session")
+	}
+
+	a.app.Instances.Beat(ctx)
+	waitClosed(t, a, term.ID, "a's finding it was declared gone")
+	if held := a.app.Runtime.HeldSessions(); len(held) != 0 {
+		t.Fatalf("a still holds %v after it was revived", held)
+	}
+}

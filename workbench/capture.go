@@ -208,6 +208,16 @@ type capturer struct {
 // does not read them again, holds at most CaptureDepth descriptors, and
 // stops when its budget (Sandboxes.CaptureBudget) runs out.
 func (r *Runtime) capture(ctx context.Context, sess editsession.Identity, co *checkout) (*captureReport, error) {
+	// Only the instance holding the session's runtime turns its files into
+	// edits: one declared gone while a command ran here, whose claim
+	// another instance took since, must not overwrite what that one
+	// captures. The checkout here is then stale, and goes.
+	if err := r.db.ClaimSessionRuntime(ctx, sess.ID, r.sb.Instance); err != nil {
+		if errors.Is(err, models.ErrRuntimeElsewhere) {
+			r.forget(ctx, sess.ID, co)
+		}
+		return nil, err
+	}
 	base, err := r.baseEntries(ctx, sess, co)
 	if err != nil {
 		return nil, err

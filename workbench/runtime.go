@@ -340,6 +340,43 @@ func (r *Runtime) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Abandon ends everything this instance runs for sessions and drops their
+// checkouts, for an instance that was declared gone and lives on: its
+// claims were released and its reservations settled meanwhile, so another
+// instance may run those sessions now. A command that was running ends
+// as stopped, and captures only if its session is still free to claim.
+func (r *Runtime) Abandon(ctx context.Context) error {
+	r.checkouts.mu.Lock()
+	live := maps.Clone(r.checkouts.live)
+	r.checkouts.mu.Unlock()
+	var errs []error
+	for _, co := range live {
+		errs = append(errs, r.sb.Provider.KillAll(ctx, co.ref))
+	}
+	for id, co := range live {
+		unlock := r.checkouts.lock(id)
+		errs = append(errs, r.forget(ctx, id, co))
+		unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// forget drops co, the session's checkout here, and what the provider
+// keeps for it on this host; a checkout built since is left alone. The
+// session's edits and its runtime elsewhere are untouched.
+func (r *Runtime) forget(ctx context.Context, sessionID string, co *checkout) error {
+	r.checkouts.mu.Lock()
+	mine := r.checkouts.live[sessionID] == co
+	if mine {
+		delete(r.checkouts.live, sessionID)
+	}
+	r.checkouts.mu.Unlock()
+	if !mine {
+		return nil
+	}
+	return r.sb.Provider.End(ctx, co.ref)
+}
+
 // HeldSessions answers the sessions with a checkout on this instance:
 // every session whose commands or shells run here.
 func (r *Runtime) HeldSessions() []string {

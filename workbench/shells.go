@@ -267,6 +267,19 @@ func (s *Shells) EndSession(_ context.Context, cs *models.CodeSession) error {
 	return nil
 }
 
+// Abandon closes every shell of this instance and has the runtime abandon
+// what it runs (Runtime.Abandon): for an instance declared gone that
+// lives on (instances.Options.Revived).
+func (s *Shells) Abandon(ctx context.Context) {
+	ts, _ := s.running()
+	for _, t := range ts {
+		t.Close()
+	}
+	if err := s.rt.Abandon(ctx); err != nil {
+		s.log.Warn("what ran for sessions here not all ended", "err", err)
+	}
+}
+
 // EndedShell reports whether id was a shell of the session that no longer
 // runs here, such as one of a previous server process: its viewers are
 // told it exited rather than that it never existed.
