@@ -6,6 +6,7 @@
 package limits
 
 import (
+	"context"
 	"sync"
 
 	"atelier/fault"
@@ -41,6 +42,9 @@ func (g *Gate[K]) Enter(key K) (release func(), err error) {
 	var once sync.Once
 	return func() { once.Do(func() { g.leave(key) }) }, nil
 }
+
+// Hold is Enter for callers that hold things through a context.
+func (g *Gate[K]) Hold(_ context.Context, key K) (release func(), err error) { return g.Enter(key) }
 
 // Total is how many places are held, for every key together.
 func (g *Gate[K]) Total() int {

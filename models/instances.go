@@ -92,7 +92,18 @@ func (s *Store) declareGone(now time.Time, where string, args ...any) ([]string,
 	if err != nil {
 		return nil, err
 	}
-	return ids, s.expireCheckClaims(ids, now)
+	if err := s.expireCheckClaims(ids, now); err != nil {
+		return nil, err
+	}
+	return ids, s.dropStreamsOf(ids...)
+}
+
+// dropStreamsOf forgets the open streams of instances that ended.
+func (s *Store) dropStreamsOf(instances ...string) error {
+	if len(instances) == 0 {
+		return nil
+	}
+	return s.db.Exec(`DELETE FROM open_streams WHERE instance IN ?`, instances).Error
 }
 
 // expireCheckClaims ends the claims of gone instances on Changes' checks
@@ -120,6 +131,9 @@ func (s *Store) ReviveInstance(ctx context.Context, id string, now time.Time) er
 func (s *Store) StopInstance(ctx context.Context, id string, now time.Time) error {
 	err := s.Tx(ctx, func(tx *Store) error {
 		if err := tx.db.Model(&Instance{}).Where("id = ? AND stopped_at IS NULL", id).Update("stopped_at", now).Error; err != nil {
+			return err
+		}
+		if err := tx.dropStreamsOf(id); err != nil {
 			return err
 		}
 		return tx.db.Model(&CodeSession{}).Where("runtime_instance = ?", id).Update("runtime_instance", nil).Error

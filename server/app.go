@@ -86,8 +86,11 @@ type App struct {
 	maxImportBytes int64
 	inputBytes     int
 	trustedProxies []string            // CIDRs
-	streams        *limits.Gate[int64] // open event streams per account
-	searches       *limits.Gate[int64] // running content searches per account
+	streams        *limits.Gate[int64] // open event streams per account here
+	// openStreams bounds a person's event streams on every instance
+	// together; a stream handed to another instance counts there.
+	openStreams handlers.Holder
+	searches    *limits.Gate[int64] // running content searches per account
 }
 
 // changesQueued is the bus's topic of a Change queued for its check.
@@ -296,6 +299,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		maxImportBytes: cfg.MaxImportBytes,
 		inputBytes:     terms.Config().InputBytes,
 		streams:        streams,
+		openStreams:    &accountStreams{local: streams, db: store, instance: instance, now: now, log: log},
 		searches:       limits.NewSearches(),
 		metrics:        metered,
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"atelier/limits"
 	"atelier/testrig/wait"
@@ -119,4 +120,57 @@ func TestStreamsPerAccountAreBounded(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// Two instances on one database hold a person to one bound on streams in
+// all: half of them open on each, the next is refused on either; one
+// closed on A frees a place on B; and once an instance is declared gone,
+// the streams it held count no more.
+func TestStreamsPerAccountAreBoundedOnEveryInstanceTogether(t *testing.T) {
+	a := newHarness(t)
+	b := newHarnessOn(t, a.store, nil)
+	// Both live, as their starts record them; A started an hour ago.
+	ctx, now := t.Context(), time.Now()
+	for h, started := range map[*harness]time.Time{a: now.Add(-time.Hour), b: now} {
+		if _, err := h.store.StartInstance(ctx, h.app.Instance, "place-"+h.app.Instance, "", started); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.user("root", true)
+	onA, onB := a.signIn("root"), b.signIn("root")
+	var onAClosers []func()
+	for i := range limits.StreamsPerAccount {
+		via := onB
+		if i%2 == 0 {
+			via = onA
+		}
+		res, close := via.openStream("/admin/events")
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("stream %d: %d %s", i+1, res.StatusCode, readBody(res))
+		}
+		if via == onA {
+			onAClosers = append(onAClosers, close)
+		}
+	}
+	for _, via := range []*client{onA, onB} {
+		res, _ := via.openStream("/admin/events")
+		expectRefusedStream(t, res)
+	}
+	onAClosers[0]()
+	wait.For(t, wait.Short, "a stream closed on A to free a place on B", func() bool {
+		res, close := onB.openStream("/admin/events")
+		defer close()
+		return res.StatusCode == http.StatusOK
+	})
+
+	// What B's beat does once A's heartbeat is late: A's streams, 31
+	// still open, count no more.
+	if gone, err := b.store.DeclareLateGone(ctx, now.Add(-time.Minute), now); err != nil || len(gone) != 1 || gone[0] != a.app.Instance {
+		t.Fatalf("declared gone: %v %v", gone, err)
+	}
+	for i := range limits.StreamsPerAccount / 2 {
+		if res, _ := onB.openStream("/admin/events"); res.StatusCode != http.StatusOK {
+			t.Fatalf("stream %d on B once A is gone: %d %s", i+1, res.StatusCode, readBody(res))
+		}
+	}
 }
