@@ -64,7 +64,8 @@ type Service struct {
 	code     *codestore.Store
 	now      func() time.Time
 	log      *slog.Logger
-	maxOwned int // projects one person may create (and keep)
+	maxOwned int  // projects one person may create (and keep)
+	noLocal  bool // Options.NoLocal
 	roles    roles
 	// tell carries what this instance forgot to the others (TellPeers);
 	// nil tells no one.
@@ -90,7 +91,16 @@ type Options struct {
 	// MaxOwned is how many projects one person may create (and keep);
 	// 0 is DefaultMaxOwned.
 	MaxOwned int
+	// NoLocal: this instance's host does not have the Local projects'
+	// folders (another instance serves them), so none is made here.
+	NoLocal bool
 }
+
+// ErrLocalUnserved: the Local projects' folders are not on this host,
+// and no instance is named that has them.
+var ErrLocalUnserved = fault.New(fault.Unavailable, "local_unavailable",
+	"projects: Local projects are not served by this instance",
+	"This site runs on several servers and none of them is set to hold Local projects' folders, so they cannot be opened or made here. Its administrator names one with ATELIER_LOCAL_HOST.")
 
 // NewService returns a Service.
 func NewService(o Options) *Service {
@@ -98,7 +108,7 @@ func NewService(o Options) *Service {
 		o.MaxOwned = DefaultMaxOwned
 	}
 	return &Service{store: o.Store, ws: o.Workspace, git: o.Git, code: o.Code, sessions: o.Sessions, now: o.Now,
-		log: o.Log, maxOwned: o.MaxOwned}
+		log: o.Log, maxOwned: o.MaxOwned, noLocal: o.NoLocal}
 }
 
 // WorkspaceForkName is the git service's repository where a person's
@@ -216,6 +226,9 @@ func (s *Service) Create(ctx context.Context, user *models.User, in CreateInput)
 			return nil, ErrPathInMode
 		}
 	case models.ModeLocal:
+		if s.noLocal {
+			return nil, ErrLocalUnserved
+		}
 		p := NormalizePath(in.Path)
 		var err error
 		if ident, err = s.ws.AdmitLocal(p, isSiteAdmin(user)); err != nil {

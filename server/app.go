@@ -56,8 +56,11 @@ type App struct {
 	followers *sync.WaitGroup
 	// toPeers carries requests handed to other instances; nil alone.
 	toPeers *http.Transport
-	Meter   *meter.Meter
-	Sandbox *sandbox.Sandbox
+	// localHome hands requests about Local projects to the instance that
+	// serves them; nil on that instance, and alone.
+	localHome *localHome
+	Meter     *meter.Meter
+	Sandbox   *sandbox.Sandbox
 	// Instance names this server process in leases and reservations;
 	// Instances keeps its row among the instances on the database.
 	Instance  string
@@ -205,8 +208,9 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	// checkout go.
 	sessionSvc := editsession.New(editsession.Options{DB: store, Git: git, Code: codeStore, Workspace: ws,
 		Events: recorder, Config: sessionCfg, Now: now, Log: log, Cleaners: []editsession.Cleaner{shells, runtime}})
+	servesLocal, _ := cfg.localHome()
 	projectSvc := projects.NewService(projects.Options{Store: store, Workspace: ws, Git: git, Code: codeStore,
-		Sessions: sessionSvc, Now: now, Log: log, MaxOwned: cfg.MaxProjects})
+		Sessions: sessionSvc, Now: now, Log: log, MaxOwned: cfg.MaxProjects, NoLocal: !servesLocal})
 	// A sign-in or a membership ended here stops being believed on every
 	// instance at once.
 	followers := &sync.WaitGroup{}
@@ -256,10 +260,17 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	// when the instances share a secret and say where they are.
 	var forward handlers.Forwarder
 	var toPeers *http.Transport
+	var toLocalHome *localHome
 	if cfg.forwardAddress() != "" {
 		toPeers = forwardTransport()
-		forward = &forwarder{secret: []byte(cfg.ClusterSecret), from: instance, now: time.Now, log: log,
+		fw := &forwarder{secret: []byte(cfg.ClusterSecret), from: instance, now: time.Now, log: log,
 			transport: toPeers, adapter: handlers.Adapter{Render: render, Log: log}}
+		forward = fw
+		if here, elsewhere := cfg.localHome(); !here {
+			toLocalHome = newLocalHome(elsewhere, fw, store)
+		}
+	} else if here, _ := cfg.localHome(); !here {
+		toLocalHome = newLocalHome("", nil, store)
 	}
 	a := &App{
 		Auth:         authSvc,
@@ -271,6 +282,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		Bus:          shared,
 		followers:    followers,
 		toPeers:      toPeers,
+		localHome:    toLocalHome,
 		Meter:        usage,
 		Sandbox:      box,
 		Instance:     instance,

@@ -42,8 +42,14 @@ type Config struct {
 	// (ATELIER_CLUSTER_SECRET, at least 32 bytes) is shared by all of
 	// them. With both, a request about a session another instance runs is
 	// handed to it; without, it is refused with session_elsewhere.
-	InternalURL    string
-	ClusterSecret  string
+	InternalURL   string
+	ClusterSecret string
+	// LocalHost (ATELIER_LOCAL_HOST) is the InternalURL of the one
+	// instance whose host has the Local projects' folders, among several
+	// (with ClusterSecret). Requests about a Local project that reach
+	// another instance are handed to it; with none named, Local projects
+	// are refused on every instance. One instance alone serves them.
+	LocalHost      string
 	DatabaseURL    string // DATABASE_URL; empty starts the embedded PostgreSQL
 	AdminPassword  string // ATELIER_ADMIN_PASSWORD, used once for the first admin
 	WorkspacesRoot string // PROJECT_WORKSPACES_ROOT, absolute
@@ -147,6 +153,12 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return cfg, fmt.Errorf("config: ATELIER_INTERNAL_URL must be http(s)://host:port, got %q", cfg.InternalURL)
 		}
 		cfg.InternalURL = strings.TrimSuffix(cfg.InternalURL, "/")
+	}
+	if cfg.LocalHost = strings.TrimSuffix(getenv("ATELIER_LOCAL_HOST"), "/"); cfg.LocalHost != "" {
+		if u, err := url.Parse(cfg.LocalHost); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			u.Path != "" || u.RawQuery != "" || u.User != nil {
+			return cfg, fmt.Errorf("config: ATELIER_LOCAL_HOST must be the ATELIER_INTERNAL_URL of one instance, http(s)://host:port, got %q", cfg.LocalHost)
+		}
 	}
 	if cfg.ClusterSecret != "" && len(cfg.ClusterSecret) < 32 {
 		return cfg, fmt.Errorf("config: ATELIER_CLUSTER_SECRET must be at least 32 bytes (e.g. openssl rand -hex 32)")
@@ -481,6 +493,16 @@ func (c Config) forwardAddress() string {
 		return ""
 	}
 	return c.InternalURL
+}
+
+// localHome says where Local projects are served: here (one instance
+// alone, or the one LocalHost names), or at elsewhere ("" when no
+// instance is named, and Local projects are refused).
+func (c Config) localHome() (here bool, elsewhere string) {
+	if c.ClusterSecret == "" || c.LocalHost != "" && c.LocalHost == c.InternalURL {
+		return true, ""
+	}
+	return false, c.LocalHost
 }
 
 // InstanceLock is the file whose lock this process holds as the one

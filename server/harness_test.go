@@ -145,6 +145,9 @@ func newHarnessOn(t *testing.T, store *models.Store, statements *dbtest.Statemen
 		t.Fatal(err)
 	}
 	cfg.InternalURL = "http://" + ln.Addr().String()
+	if cfg.LocalHost == localHostHere {
+		cfg.LocalHost = cfg.InternalURL
+	}
 	clk := &clock{now: time.Now()}
 	app, err := New(context.Background(), cfg, store, log, clk.Now)
 	if err != nil {

@@ -445,4 +445,17 @@ func TestLoadConfigCluster(t *testing.T) {
 			t.Errorf("internal URL %q: %v", bad, err)
 		}
 	}
+	full["ATELIER_INTERNAL_URL"] = "http://10.0.0.5:8080"
+	for _, bad := range []string{"10.0.0.6:8080", "file:///srv", "http://host/path", "http://user@host:1"} {
+		full["ATELIER_LOCAL_HOST"] = bad
+		if err := load(full); err == nil || !strings.Contains(err.Error(), "ATELIER_LOCAL_HOST") {
+			t.Errorf("Local host %q: %v", bad, err)
+		}
+	}
+	full["ATELIER_LOCAL_HOST"] = "http://10.0.0.5:8080/"
+	if cfg, err := LoadConfig(func(key string) string { return full[key] }); err != nil {
+		t.Errorf("the instance naming itself: %v", err)
+	} else if here, _ := cfg.localHome(); !here {
+		t.Error("the instance ATELIER_LOCAL_HOST names does not serve Local projects")
+	}
 }

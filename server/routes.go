@@ -57,6 +57,9 @@ func (a *App) routes() http.Handler {
 	site.POST("/password-reset", h(auth.CheckCSRF), h(a.account.Reset))
 
 	in := site.Group("/", h(auth.RequireUser), h(auth.CheckCSRF))
+	if a.localHome != nil {
+		in.Use(h(a.localHome.Handle))
+	}
 	in.GET("/account", h(a.account.Show))
 	in.POST("/account/password", h(a.account.ChangePassword))
 	in.GET("/projects", h(a.projects.List))

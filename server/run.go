@@ -115,9 +115,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 	if err := app.TakeOver(ctx); err != nil {
 		return err
 	}
-	// Before serving, so no Local folder is read unconfirmed.
-	if err := app.Projects.RecordLocalIdentities(ctx); err != nil {
-		return err
+	// Before serving, so no Local folder is read unconfirmed; only where
+	// their folders are.
+	if here, _ := cfg.localHome(); here {
+		if err := app.Projects.RecordLocalIdentities(ctx); err != nil {
+			return err
+		}
 	}
 	created, password, err := app.Auth.EnsureFirstAdmin(ctx, cfg.AdminPassword)
 	if err != nil {
