@@ -63,7 +63,7 @@ func TestFolderHintsFitHowTheServerRuns(t *testing.T) {
 		{"natively", func(*Config) {}, "on the server",
 			[]string{"on the server"}, []string{"container", "compose", "volumes", "mount"}},
 		{"in Atelier's container", func(c *Config) { c.InContainer = true }, "inside the server's container",
-			[]string{"compose.yaml", "under volumes: of each atelier service", "at the same path"}, nil},
+			[]string{"compose.yaml", "under volumes: of the atelier-a service", "at the same path"}, nil},
 	} {
 		t.Run(way.name, func(t *testing.T) {
 			h := newHarness(t, way.tweak, func(c *Config) { c.LocalRoots = []string{base} })

@@ -316,14 +316,14 @@ func (w *Workspaces) mountHint(path string) string {
 	if !w.inContainer {
 		return "Check the path for typing mistakes, or create the folder on the server first."
 	}
-	return "Mount it into the Atelier container at the same path: in compose.yaml, under volumes: of each atelier service (atelier-a, atelier-b), add the line " + composeLine(path)
+	return "Mount it into the Atelier container at the same path: in compose.yaml, under volumes: of the atelier-a service (the instance ATELIER_LOCAL_HOST names, which serves Local projects), add the line " + composeLine(path)
 }
 
 func (w *Workspaces) writableHint(path string) string {
 	if !w.inContainer {
 		return fmt.Sprintf("Let the account the server runs as (uid %d) write to it, or choose a folder it may write to.", os.Geteuid())
 	}
-	return "Mount it writable (without :ro) into the Atelier container at the same path, and let the account the server runs as write to it: in compose.yaml, under volumes: of each atelier service (atelier-a, atelier-b), the line is " +
+	return "Mount it writable (without :ro) into the Atelier container at the same path, and let the account the server runs as write to it: in compose.yaml, under volumes: of the atelier-a service (the instance ATELIER_LOCAL_HOST names, which serves Local projects), the line is " +
 		composeLine(path)
 }
 
