@@ -2,12 +2,9 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -125,26 +122,7 @@ func TestEventsOnOneInstanceReachViewersOnAnother(t *testing.T) {
 	wait.For(t, wait.Short, "the viewer to follow B", func() bool { return b.app.Events.Followers() == 1 })
 
 	const count = 500
-	var arrived [count]time.Time
-	read := make(chan error, 1)
-	go func() {
-		n := 0
-		for l := range lines(res) {
-			if _, data, ok := strings.Cut(l.text, `"n":`); ok && strings.HasPrefix(l.text, "data: ") {
-				k, err := strconv.Atoi(data[:strings.IndexAny(data, ",}")])
-				if err != nil || k != n {
-					read <- fmt.Errorf("event %d arrived where %d was due", k, n)
-					return
-				}
-				arrived[n] = l.at
-				if n++; n == count {
-					read <- nil
-					return
-				}
-			}
-		}
-		read <- fmt.Errorf("B's stream ended after %d events", n)
-	}()
+	arrived, read := numbered(res, count)
 	_, recorded := flood(t, a, id, count, 100)
 	waitOrFail(t, read, 10*time.Second, "B's stream to have every event of A's")
 	late := make([]time.Duration, count)

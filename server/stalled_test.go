@@ -92,6 +92,33 @@ func lines(res *http.Response) <-chan line {
 	return ch
 }
 
+// numbered reads the events flood numbered from res's stream: when each
+// arrived, and on read nil once all count did in order, else what went
+// wrong. arrived is the reader's until read answers.
+func numbered(res *http.Response, count int) (arrived []time.Time, read <-chan error) {
+	arrived = make([]time.Time, count)
+	done := make(chan error, 1)
+	go func() {
+		n := 0
+		for l := range lines(res) {
+			if _, data, ok := strings.Cut(l.text, `"n":`); ok && strings.HasPrefix(l.text, "data: ") {
+				k, err := strconv.Atoi(data[:strings.IndexAny(data, ",}")])
+				if err != nil || k != n {
+					done <- fmt.Errorf("event %d arrived where %d was due", k, n)
+					return
+				}
+				arrived[n] = l.at
+				if n++; n == count {
+					done <- nil
+					return
+				}
+			}
+		}
+		done <- fmt.Errorf("the stream ended after %d events", n)
+	}()
+	return arrived, done
+}
+
 // A read-only member opens as many streams of the project's events as an
 // account may and never reads them. 10,000 events later, each of about
 // 600 bytes (3.9 MB queued used to freeze the project's stream for
@@ -115,28 +142,8 @@ func TestStalledReadersOfProjectEvents(t *testing.T) {
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("owner's stream: %d %s", res.StatusCode, readBody(res))
 	}
-	got := lines(res)
 	const count = 10_000
-	var arrived [count]time.Time
-	read := make(chan error, 1)
-	go func() {
-		n := 0
-		for l := range got {
-			if _, data, ok := strings.Cut(l.text, `"n":`); ok && strings.HasPrefix(l.text, "data: ") {
-				k, err := strconv.Atoi(data[:strings.IndexAny(data, ",}")])
-				if err != nil || k != n {
-					read <- fmt.Errorf("event %d arrived where %d was due", k, n)
-					return
-				}
-				arrived[n] = l.at
-				if n++; n == count {
-					read <- nil
-					return
-				}
-			}
-		}
-		read <- fmt.Errorf("the owner's stream ended after %d events", n)
-	}()
+	arrived, read := numbered(res, count)
 	start := time.Now()
 	_, recorded := flood(t, h, id, count, 500)
 	t.Logf("%d events recorded in %v", count, time.Since(start).Round(time.Millisecond))

@@ -320,15 +320,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	r.building.Lock()
 	r.closed = true
 	r.building.Unlock()
-	r.checkouts.mu.Lock()
-	live := maps.Clone(r.checkouts.live)
-	r.checkouts.mu.Unlock()
-	var errs []error
-	// Before the sessions' locks: a command that still runs holds its
-	// session's lock until it ends, and ends once its processes are gone.
-	for _, co := range live {
-		errs = append(errs, r.sb.Provider.KillAll(ctx, co.ref))
-	}
+	live, errs := r.killAll(ctx)
 	for id := range live {
 		unlock := r.checkouts.lock(id)
 		defer unlock()
@@ -340,12 +332,11 @@ func (r *Runtime) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Abandon ends everything this instance runs for sessions and drops their
-// checkouts, for an instance that was declared gone and lives on: its
-// claims were released and its reservations settled meanwhile, so another
-// instance may run those sessions now. A command that was running ends
-// as stopped, and captures only if its session is still free to claim.
-func (r *Runtime) Abandon(ctx context.Context) error {
+// killAll kills every process of every checkout here and answers the
+// checkouts. It goes before the sessions' locks are taken: a command that
+// still runs holds its session's lock until it ends, and ends once its
+// processes are gone.
+func (r *Runtime) killAll(ctx context.Context) (map[string]*checkout, []error) {
 	r.checkouts.mu.Lock()
 	live := maps.Clone(r.checkouts.live)
 	r.checkouts.mu.Unlock()
@@ -353,6 +344,16 @@ func (r *Runtime) Abandon(ctx context.Context) error {
 	for _, co := range live {
 		errs = append(errs, r.sb.Provider.KillAll(ctx, co.ref))
 	}
+	return live, errs
+}
+
+// Abandon ends everything this instance runs for sessions and drops their
+// checkouts, for an instance that was declared gone and lives on: its
+// claims were released and its reservations settled meanwhile, so another
+// instance may run those sessions now. A command that was running ends
+// as stopped, and captures only if its session is still free to claim.
+func (r *Runtime) Abandon(ctx context.Context) error {
+	live, errs := r.killAll(ctx)
 	for id, co := range live {
 		unlock := r.checkouts.lock(id)
 		errs = append(errs, r.forget(ctx, id, co))
