@@ -171,7 +171,8 @@ func TestSyscallFilterRefusesCalls(t *testing.T) {
 }
 
 // A call through another ABI has other numbers and would slip past every
-// rule: the filter kills the process instead.
+// rule: the filter kills the process instead, for each ABI the host's
+// kernel runs at all.
 func TestSyscallFilterRefusesForeignABIs(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("precondition: amd64, whose i386 and x32 ABIs these calls use")
@@ -192,15 +193,19 @@ libc = ctypes.CDLL(None, use_errno=True)
 print("returned", libc.syscall(ctypes.c_long(0x40000000 | 39)), ctypes.get_errno())`,
 	} {
 		script := "/usr/bin/python3 -c '" + py + "'"
+		// A kernel built or booted without this ABI (ia32_emulation=0)
+		// faults the call before any filter sees it: there is nothing to
+		// refuse, and the case proves nothing about the filter.
+		if out := asSessionUser(t, s, script+" || true"); !strings.Contains(out, "returned") {
+			t.Logf("%s: this host's kernel does not run the call even outside the sandbox (%q); the case is left out", name, out)
+			continue
+		}
 		res, err := s.run(t, script)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.Signal != unix.SIGSYS.String() || strings.Contains(string(res.Stdout), "returned") {
 			t.Errorf("%s call in the sandbox: exit %d %s, stdout %q; want killed by SIGSYS", name, res.ExitCode, res.Signal, res.Stdout)
-		}
-		if out := asSessionUser(t, s, script+" || true"); !strings.Contains(out, "returned") {
-			t.Logf("%s: the call does not return outside the sandbox either (%q), so this case does not prove the filter", name, out)
 		}
 	}
 }
