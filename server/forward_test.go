@@ -112,6 +112,7 @@ func TestRequestsReachTheSessionsHolder(t *testing.T) {
 		answer <- out
 	}()
 	wait.For(t, wait.Long, "the long command to run on a", func() bool { return a.app.Runtime.CommandsHeld() == 1 })
+	cancelled := time.Now()
 	if res := viaB.post(base+"/commands/cancel", nil, jsonAccept); res.StatusCode != http.StatusOK {
 		t.Fatalf("cancel through b: %d %s", res.StatusCode, readBody(res))
 	}
@@ -120,6 +121,7 @@ func TestRequestsReachTheSessionsHolder(t *testing.T) {
 		if strings.Contains(out.Stdout, "never") {
 			t.Fatalf("the cancelled command ran on: %+v", out)
 		}
+		t.Logf("a command on a answered %v after its cancel through b", time.Since(cancelled).Round(time.Millisecond))
 	case <-time.After(wait.Long.Duration()):
 		t.Fatalf("the command cancelled through b still ran after %s", wait.Long.Duration())
 	}
