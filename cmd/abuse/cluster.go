@@ -295,7 +295,9 @@ func keystrokeHop(c *client, base, holder, other string) (string, error) {
 // percentiles says a sample's p50 and p99 in milliseconds.
 func percentiles(d []time.Duration) string {
 	slices.Sort(d)
-	ms := func(q int) string { return strconv.FormatFloat(float64(d[len(d)*q/100])/float64(time.Millisecond), 'f', 2, 64) }
+	ms := func(q int) string {
+		return strconv.FormatFloat(float64(d[len(d)*q/100])/float64(time.Millisecond), 'f', 2, 64)
+	}
 	return ms(50) + "/" + ms(99) + " ms"
 }
 
