@@ -40,6 +40,9 @@ type EditSessions struct {
 	// served here (a session held elsewhere then answers
 	// session_elsewhere).
 	Forward Forwarder
+	// Heartbeat is how often an idle terminal stream says it lives; the
+	// page counts a stream silent for two of them as dead.
+	Heartbeat time.Duration
 }
 
 // Forwarder hands requests to other instances.
@@ -94,6 +97,8 @@ type sessionView struct {
 	Running *workbench.RunningCommand
 	// SearchForm is the search panel's box.
 	SearchForm searchFormView
+	// Heartbeat is EditSessions.Heartbeat, in milliseconds for the page.
+	Heartbeat int64
 }
 
 func (v sessionView) JSON() any {
@@ -142,7 +147,7 @@ func (h *EditSessions) Page(c *gin.Context) error {
 	}
 	v := sessionView{
 		Session: sess, Tree: tree,
-		Idle: h.Idle, Now: h.Now(), Open: c.Query("path"), Hint: h.CommandHint, Usage: usage,
+		Idle: h.Idle, Now: h.Now(), Open: c.Query("path"), Hint: h.CommandHint, Usage: usage, Heartbeat: h.Heartbeat.Milliseconds(),
 		SearchForm: searchFormView{Action: views.URL(base(sess), "search").String(), Target: "#search-results"},
 	}
 	if rc, ok := h.Runtime.SessionCommand(sess); ok {

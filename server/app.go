@@ -181,7 +181,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	// Open dashboards hear of every change to a meter.
 	usage.OnChange(func(int64) { recorder.Hint(events.TopicMeters) })
 	instance := newInstanceID()
-	terms := terminal.NewManager(terminal.Config{})
+	terms := terminal.NewManager(cfg.Terminals)
 	streams := limits.NewStreams()
 	metered := metrics.New()
 	edits := editsession.NewEdits(store, git, codeStore, now)
@@ -302,7 +302,8 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
 			MaxImportBytes: cfg.MaxImportBytes, UploadDir: cfg.UploadDir(), Meter: usage, Log: log},
 		edit: &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc,
-			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now, CommandHint: commandHint(box), Forward: forward},
+			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now, CommandHint: commandHint(box), Forward: forward,
+			Heartbeat: terms.Config().Heartbeat},
 		admin: &handlers.Dashboard{Render: render, Meter: usage, Sessions: sessionSvc, Runtime: runtime,
 			Shells: shells, Events: recorder, Store: store,
 			MaxProjectBytes: codeStore.MaxProjectBytes(), CollectGrace: cfg.CollectGrace},

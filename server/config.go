@@ -24,6 +24,7 @@ import (
 	"atelier/sandbox"
 	"atelier/storage"
 	"atelier/storage/codestore"
+	"atelier/terminal"
 	"atelier/workbench"
 )
 
@@ -61,6 +62,7 @@ type Config struct {
 	// archive unpacks to.
 	MaxExpandedBytes int64
 	Sessions         editsession.Config // CODE_SESSION_IDLE_MS, CODE_SESSION_MAX_MS
+	Terminals        terminal.Config    // the defaults; tests shorten the heartbeat
 	Sandbox          sandbox.Config     // ATELIER_SANDBOX_UID_BASE, _UID_COUNT, _ALLOW_CIDRS, _RO_PATHS, _PATH
 	SandboxCap       int64              // SANDBOX_MONTHLY_SECONDS: each project's default monthly cap
 	LocalRoots       []string           // ATELIER_LOCAL_ROOTS: where everyone but site admins may make Local projects

@@ -151,11 +151,8 @@ func statusOf(err error) int {
 	}
 }
 
-// event is one SSE event, or a comment line when comment is set.
-type event struct {
-	name, id, data string
-	comment        string
-}
+// event is one SSE event.
+type event struct{ name, id, data string }
 
 // offset is the event's id as a number.
 func (e event) offset(t testing.TB) uint64 {
@@ -260,7 +257,7 @@ func (s *stream) loop() {
 			}
 			e = event{}
 		case strings.HasPrefix(line, ":"):
-			e.comment = strings.TrimSpace(line[1:])
+			// a comment: the stream sends none
 		default:
 			k, v, _ := strings.Cut(line, ": ")
 			switch k {
@@ -275,7 +272,7 @@ func (s *stream) loop() {
 	}
 }
 
-// next returns the next event or comment, failing the test after wait.
+// next returns the next event, failing the test after wait.
 func (s *stream) next(wait time.Duration) event {
 	s.t.Helper()
 	select {

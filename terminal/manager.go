@@ -29,7 +29,7 @@ type Config struct {
 	HighWater, LowWater int
 
 	EventBytes   int           // raw bytes in one out event at most; 32 KiB
-	Heartbeat    time.Duration // comment line on an idle stream; 15 s
+	Heartbeat    time.Duration // a beat event on an idle stream; 15 s
 	WriteTimeout time.Duration // a viewer whose write stalls this long is dropped; 5 s
 	ExitGrace    time.Duration // how long output may trickle in after the shell ends; 2 s
 	KeepEnded    int           // ended terminals kept for their last output; InstanceShells

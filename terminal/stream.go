@@ -37,8 +37,11 @@ func (t *Terminal) ServeStream(w http.ResponseWriter, r *http.Request) error {
 //	event: gap     id: offset it resumes at      data: how many bytes were lost
 //	event: resync  id: offset it had reached     data: resync
 //	event: exit    id: final offset              data: End's JSON, e.g. {"code":3,"signal":""}
+//	event: beat    id: offset reached            data: Config.Heartbeat in milliseconds
 //
-// plus a ": ping" comment when idle for Config.Heartbeat. A gap comes
+// beat comes when the stream has been idle for Config.Heartbeat: a page
+// that hears nothing for two of them knows its connection is dead, even
+// one that stays open and moves no bytes. A gap comes
 // first when the wanted bytes have already left the ring. A viewer that
 // falls so far behind the writer (or, for a paced writer, the other
 // viewers) that bytes it still needs leave the ring gets resync and its
@@ -150,7 +153,7 @@ func (o *Output) ServeStream(w http.ResponseWriter, r *http.Request) error {
 		select {
 		case <-v.wake:
 		case <-ping.C:
-			if s.event("", 0, nil) != nil {
+			if s.event("beat", v.off, strconv.AppendInt(raw[:0], o.cfg.Heartbeat.Milliseconds(), 10)) != nil {
 				return nil
 			}
 		case <-r.Context().Done():
@@ -209,15 +212,10 @@ func (s *eventWriter) output(id uint64, raw []byte) {
 	s.buf = append(b, "\n\n"...)
 }
 
-// event adds a named event and sends it with what is gathered; an empty
-// name is the idle ping, a comment line.
+// event adds a named event and sends it with what is gathered.
 func (s *eventWriter) event(name string, id uint64, data []byte) error {
-	if name == "" {
-		s.buf = append(s.buf, ": ping\n\n"...)
-	} else {
-		b := append(s.head(name, id), data...)
-		s.buf = append(b, "\n\n"...)
-	}
+	b := append(s.head(name, id), data...)
+	s.buf = append(b, "\n\n"...)
 	return s.flush()
 }
 

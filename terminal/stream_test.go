@@ -267,8 +267,9 @@ func TestGapAfterRingWrapped(t *testing.T) {
 	}
 }
 
-// TestHeartbeatAndHeaders: an idle stream gets ": ping" comments, and the
-// response is set up for proxies.
+// TestHeartbeatAndHeaders: an idle stream gets beat events that say how
+// often they come and the offset reached, and the response is set up for
+// proxies.
 func TestHeartbeatAndHeaders(t *testing.T) {
 	m := newManager(t, Config{Heartbeat: 50 * time.Millisecond})
 	term := openShell(t, m, "sleep 60", Options{})
@@ -283,8 +284,10 @@ func TestHeartbeatAndHeaders(t *testing.T) {
 			t.Errorf("%s: %q, want %q", k, got, want)
 		}
 	}
-	if e := s.next(2 * time.Second); e.comment != "ping" {
-		t.Fatalf("got %+v, want a ping comment", e)
+	for range 2 {
+		if e := s.next(2 * time.Second); e.name != "beat" || e.data != "50" || e.id != "0" {
+			t.Fatalf("got %+v, want a beat at offset 0 saying 50 ms", e)
+		}
 	}
 }
 
