@@ -39,36 +39,8 @@ func TestBrowserTypingAhead(t *testing.T) {
 	); err != nil {
 		t.Fatalf("opening a terminal: %v; the page has %s", err, pageState(ctx))
 	}
-	const rows = `(document.querySelector(".terminal-pane:not([hidden])")?.shadowRoot?.querySelector(".xterm-rows")?.innerText ?? "")`
-	// waitScreen waits for text on the terminal's screen, lines joined, so
-	// a long line that wraps still matches.
-	waitScreen := func(what, text string) {
-		t.Helper()
-		wait.ForNil(t, wait.Long, what, func() error {
-			s, err := chromedp.Run(ctx, chromedp.Evaluate[string](rows))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(strings.ReplaceAll(s, "\n", ""), text) {
-				return fmt.Errorf("the terminal shows %q", s)
-			}
-			return nil
-		})
-	}
-	// typeKeys types text one key at a time, every key in the same task,
-	// as xterm hears keys from its text area: as fast as anyone can type.
-	typeKeys := func(text string) {
-		t.Helper()
-		js := fmt.Sprintf(`(() => {
-			const area = document.querySelector(".terminal-pane:not([hidden])").shadowRoot.querySelector(".xterm-helper-textarea");
-			area.focus();
-			for (const key of %q) area.dispatchEvent(new InputEvent("input", {data: key, inputType: "insertText", bubbles: true}));
-			return true;
-		})()`, text)
-		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	term := terminalPage{t: t, ctx: ctx}
+	waitScreen, typeKeys := term.waitScreen, term.typeKeys
 	keys := func(n int) (string, string) {
 		var b strings.Builder
 		for i := range n {
@@ -137,11 +109,7 @@ func TestBrowserTypingAhead(t *testing.T) {
 	// echoes again, and show.
 	typeKeys("echo DO''NE\r")
 	waitScreen("the shell after the keys", "DONE")
-	screen, err := chromedp.Run(ctx, chromedp.Evaluate[string](rows))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(strings.ReplaceAll(screen, "\n", ""), text[:40]) {
+	if screen := term.screen(); strings.Contains(screen, text[:40]) {
 		t.Errorf("the batch sent again reached the shell twice; the terminal shows %q", screen)
 	}
 }

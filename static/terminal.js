@@ -19,7 +19,8 @@
 //   POST  cols, rows       a new one: 201 {id, nextSeq}; 429 at a limit
 //   GET  {id}/stream?from= its output as Server-Sent Events: out (base64
 //                          bytes; id = offset after them), gap (bytes lost),
-//                          exit ({"code", "signal"}); comments are heartbeats
+//                          exit ({"code", "signal"}), beat (idle; every
+//                          data-heartbeat ms of #terminals)
 //   POST {id}/input        raw bytes, numbered by X-Input-Seq from nextSeq;
 //                          a repeated number is ignored, 429 = queue full
 //   POST {id}/resize       cols, rows
@@ -30,6 +31,15 @@
 
   // The most input bytes one POST carries; a long paste goes in pieces.
   const MAX_BATCH = 64 << 10;
+
+  // An input POST not answered within this is given up and sent again,
+  // same bytes, same number, on a fresh connection: one stranded on a
+  // dead connection would otherwise hold every later key behind it.
+  const INPUT_TIMEOUT = 5000;
+
+  // How much typing not yet acknowledged is kept in the tab's session
+  // storage, for the page after a reload; more is not kept.
+  const KEEP_BYTES = 256 << 10;
 
   // The terminal's colours follow the system's light or dark setting, as
   // the page's do (app.css --terminal-background).
@@ -80,6 +90,10 @@
     const hintEl = $("terminal-hint");
     const base = (section.dataset.base || "").replace(/\/+$/, "");
     const encoder = new TextEncoder();
+    // A stream that says nothing for two heartbeats is dead, even if its
+    // connection stays open: it is closed and opened again.
+    const heartbeat = Number(section.dataset.heartbeat) > 0 ? Number(section.dataset.heartbeat) : 15000;
+    const silentFor = 2 * heartbeat + 1000;
 
     if (tabsEl && !tabsEl.hasAttribute("role")) tabsEl.setAttribute("role", "tablist");
     if (errorEl && !errorEl.hasAttribute("role")) errorEl.setAttribute("role", "alert");
@@ -120,19 +134,28 @@
     }
 
     // call sends one request; non-GET requests carry the CSRF token.
-    // Network failures throw.
-    async function call(method, url, body, headers) {
+    // Network failures throw, and so does no answer within timeout ms
+    // when one is given.
+    async function call(method, url, body, headers, timeout) {
       const h = new Headers(headers || {});
       h.set("Accept", "application/json");
       if (method !== "GET") h.set("X-CSRF-Token", csrf());
-      const res = await fetch(url, {
-        method,
-        headers: h,
-        body,
-        credentials: "same-origin",
-        cache: "no-store",
-        redirect: "manual",
-      });
+      const abort = timeout ? new AbortController() : null;
+      const timer = abort ? setTimeout(() => abort.abort(), timeout) : 0;
+      let res;
+      try {
+        res = await fetch(url, {
+          method,
+          headers: h,
+          body,
+          credentials: "same-origin",
+          cache: "no-store",
+          redirect: "manual",
+          signal: abort ? abort.signal : undefined,
+        });
+      } finally {
+        clearTimeout(timer);
+      }
       if (res.type === "opaqueredirect") {
         throw new Error("the server sent the request elsewhere (are you still signed in? Reload the page).");
       }
@@ -177,6 +200,13 @@
       return n;
     }
 
+    // base64Of encodes bytes for session storage.
+    function base64Of(bytes) {
+      let bin = "";
+      for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+      return btoa(bin);
+    }
+
     function sleep(ms) {
       return new Promise((resolve) => setTimeout(resolve, ms));
     }
@@ -211,8 +241,14 @@
         this.pending = []; // Uint8Arrays not in a batch yet
         this.pendingBytes = 0;
         this.sending = false; // a batch is in flight (or waiting to retry)
+        this.inflight = null; // {seq, bytes}: the batch sent and not yet acknowledged
         this.inputRefused = false; // the server refused a batch outright
         this.frameQueued = false;
+        // what the person sees of the connection
+        this.state = "";
+        this.lastHeard = Date.now(); // the stream's last event, or its start
+        this.heardAt = Date.now(); // the stream's last event, for the person
+        this.watchTimer = 0;
         // resize
         this.sentCols = 0;
         this.sentRows = 0;
@@ -235,7 +271,18 @@
         this.closeBtn.setAttribute("aria-label", "Close terminal " + this.n);
         this.closeBtn.title = "Close terminal " + this.n;
         this.closeBtn.textContent = "×";
-        this.el.append(this.selectBtn, this.closeBtn);
+        // Live, reconnecting or offline, and the typing not yet sent:
+        // the words are announced, the seconds beside them are not.
+        this.statusEl = document.createElement("span");
+        this.statusEl.className = "terminal-status";
+        this.statusText = document.createElement("span");
+        this.statusText.setAttribute("role", "status");
+        this.statusText.setAttribute("aria-live", "polite");
+        this.statusClock = document.createElement("span");
+        this.statusClock.className = "terminal-silence";
+        this.statusClock.setAttribute("aria-hidden", "true");
+        this.statusEl.append(this.statusText, this.statusClock);
+        this.el.append(this.selectBtn, this.statusEl, this.closeBtn);
 
         this.pane = document.createElement("div");
         this.pane.className = "terminal-pane";
@@ -279,9 +326,120 @@
         this.el.dataset.terminal = id;
         this.selectBtn.title = id;
         this.offset = from;
+        this.restoreTyping();
         this.connect();
+        this.watchTimer = setInterval(() => this.watch(), 1000);
         this.sendSize();
-        this.scheduleSend(); // keys typed while it was starting
+        this.scheduleSend(); // keys typed while it was starting, or before a reload
+      }
+
+      // ---- typing kept over a reload --------------------------------------
+
+      storageKey() {
+        return "atelier.terminal-input." + this.id;
+      }
+
+      // unsent is how many bytes of typing the server has not acknowledged.
+      unsent() {
+        return this.pendingBytes + (this.inflight ? this.inflight.bytes.length : 0);
+      }
+
+      // keepTyping writes what is not yet acknowledged to the tab's
+      // session storage, where the page after a reload finds it.
+      keepTyping() {
+        if (!this.id) return;
+        try {
+          if (!this.unsent() || this.ended || this.unsent() > KEEP_BYTES) {
+            sessionStorage.removeItem(this.storageKey());
+            return;
+          }
+          const pending = new Uint8Array(this.pendingBytes);
+          let at = 0;
+          for (const b of this.pending) {
+            pending.set(b, at);
+            at += b.length;
+          }
+          sessionStorage.setItem(this.storageKey(), JSON.stringify({
+            inflight: this.inflight ? { seq: this.inflight.seq, bytes: base64Of(this.inflight.bytes) } : null,
+            pending: base64Of(pending),
+          }));
+        } catch (_) {
+          // no storage here (private mode, full): typing is kept in the page only
+        }
+      }
+
+      // restoreTyping takes back what an earlier page of this tab typed
+      // and had not seen acknowledged. A batch numbered below the
+      // server's next number was applied; one at or above it was not, and
+      // goes again under its number (the server applies a number once).
+      restoreTyping() {
+        let saved = null;
+        try {
+          saved = JSON.parse(sessionStorage.getItem(this.storageKey()) || "null");
+        } catch (_) {
+          return;
+        }
+        if (!saved) return;
+        try {
+          if (saved.inflight && Number(saved.inflight.seq) >= this.seq) {
+            this.inflight = { seq: Number(saved.inflight.seq), bytes: base64Bytes(saved.inflight.bytes) };
+          }
+          const pending = base64Bytes(saved.pending || "");
+          if (pending.length) {
+            this.pending.unshift(pending);
+            this.pendingBytes += pending.length;
+          }
+        } catch (_) {
+          // not ours: nothing to send
+        }
+        this.keepTyping();
+        this.renderStatus();
+      }
+
+      // ---- what the person sees of the connection --------------------------
+
+      // watch runs every second: a stream silent for two heartbeats is
+      // dead, whatever its connection says, and is opened again from the
+      // last byte shown; the status says for how long nothing came.
+      watch() {
+        if (this.ended || this.closed) return;
+        if (this.source && Date.now() - this.lastHeard > silentFor) {
+          this.source.close();
+          this.source = null;
+          this.setState("reconnecting");
+          this.connect();
+        }
+        this.renderStatus();
+      }
+
+      heard() {
+        this.lastHeard = this.heardAt = Date.now();
+        if (this.state === "reconnecting" || this.state === "connecting") this.setState("");
+      }
+
+      renderStatus() {
+        let words;
+        let clock = "";
+        if (this.ended) words = "";
+        else if (navigator.onLine === false) words = "offline";
+        else if (this.state === "connecting") words = "connecting";
+        else if (this.state === "reconnecting") {
+          words = "reconnecting";
+          const quiet = Math.floor((Date.now() - this.heardAt) / 1000);
+          if (quiet >= 2) clock = " · nothing for " + quiet + " s";
+        } else words = "live";
+        const n = this.unsent();
+        if (words && n && (words !== "live" || this.inflightSlow())) {
+          words += " · " + n.toLocaleString("en") + (n === 1 ? " key" : " keys") + " waiting";
+        }
+        if (this.statusText.textContent !== words) this.statusText.textContent = words;
+        if (this.statusClock.textContent !== clock) this.statusClock.textContent = clock;
+        this.statusEl.dataset.state = words.split(" ")[0] || "ended";
+      }
+
+      // inflightSlow: typing has been on its way for more than a moment.
+      inflightSlow() {
+        return this.inflight && Date.now() - this.inflight.since > 1000;
       }
 
       // write hands raw output bytes (or a string of our own) to xterm.
@@ -301,12 +459,21 @@
         const url = terminalURL(this.id, "stream", { from: this.offset });
         const es = new EventSource(url);
         this.source = es;
+        this.lastHeard = Date.now();
+        if (!this.state) this.setState("connecting");
         es.addEventListener("open", () => {
+          if (es !== this.source) return;
           this.retryDelay = 500;
-          this.setState("");
+          this.heard();
+        });
+        es.addEventListener("beat", (e) => {
+          if (es !== this.source) return;
+          this.noteOffset(e.lastEventId);
+          this.heard();
         });
         es.addEventListener("out", (e) => {
           if (es !== this.source) return;
+          this.heard();
           let bytes;
           try {
             bytes = base64Bytes(e.data);
@@ -333,6 +500,7 @@
         });
         es.addEventListener("gap", (e) => {
           if (es !== this.source) return;
+          this.heard();
           this.noteOffset(e.lastEventId);
           this.carry = null; // the rest of that character is lost
           const n = Number(e.data);
@@ -421,10 +589,13 @@
         if (this.ended) return;
         this.ended = true;
         clearTimeout(this.retryTimer);
+        clearInterval(this.watchTimer);
         if (this.source) this.source.close();
         this.source = null;
         this.pending = [];
         this.pendingBytes = 0;
+        this.inflight = null;
+        this.keepTyping();
         if (message) this.note("[" + message.replace(/\.$/, "") + "]");
         const term = this.terminal;
         if (term) {
@@ -437,11 +608,13 @@
 
       setState(state) {
         if (this.ended && state !== "ended") return;
+        this.state = state;
         for (const el of [this.el, this.pane]) {
           if (state) el.dataset.state = state;
           else delete el.dataset.state;
         }
         this.selectBtn.textContent = "Terminal " + this.n + (state === "ended" ? " (ended)" : "");
+        this.renderStatus();
       }
 
       // ---- input: one POST per animation frame at most, in order --------
@@ -450,11 +623,12 @@
         if (this.ended || this.closed || this.inputRefused || !bytes.length) return;
         this.pending.push(bytes);
         this.pendingBytes += bytes.length;
+        this.keepTyping();
         this.scheduleSend();
       }
 
       scheduleSend() {
-        if (!this.id || this.frameQueued || this.sending || !this.pendingBytes) return;
+        if (!this.id || this.frameQueued || this.sending || !this.unsent()) return;
         this.frameQueued = true;
         nextFrame(() => {
           this.frameQueued = false;
@@ -480,12 +654,16 @@
       }
 
       // sendBatch posts the next batch under the next number, retrying
-      // the very same bytes and number until the server has them.
+      // the very same bytes and number until the server has them. A batch
+      // an earlier page of this tab had sent goes first, under its number.
       async sendBatch() {
-        if (this.sending || this.ended || this.closed || !this.pendingBytes) return;
+        if (this.sending || this.ended || this.closed || !this.unsent()) return;
         this.sending = true;
-        const seq = this.seq;
-        const batch = this.takeBatch();
+        if (!this.inflight) this.inflight = { seq: this.seq, bytes: this.takeBatch() };
+        this.inflight.since = Date.now();
+        const seq = this.inflight.seq;
+        const batch = this.inflight.bytes;
+        this.keepTyping();
         let delay = 100;
         try {
           for (;;) {
@@ -495,12 +673,14 @@
               res = await call("POST", terminalURL(this.id, "input"), batch, {
                 "Content-Type": "application/octet-stream",
                 "X-Input-Seq": String(seq),
-              });
+              }, INPUT_TIMEOUT);
             } catch (_) {
-              // network trouble: retry below
+              // network trouble, or no answer in time: retry below
             }
             if (res && res.ok) {
               this.seq = seq + 1;
+              this.inflight = null;
+              this.keepTyping();
               return;
             }
             if (res && gone(res.status)) {
@@ -514,16 +694,20 @@
               this.inputRefused = true;
               this.pending = [];
               this.pendingBytes = 0;
+              this.inflight = null;
+              this.keepTyping();
               showError("Typing was not sent: " + (await problemText(res)) + " Reload the page to go on.");
               return;
             }
             // 429 (the shell's input queue is full), a server error or the
             // network: the same bytes under the same number, a bit later.
+            this.renderStatus();
             await sleep(delay);
             delay = Math.min(delay * 2, res && res.status === 429 ? 1000 : 5000);
           }
         } finally {
           this.sending = false;
+          this.renderStatus();
           this.scheduleSend();
         }
       }
@@ -573,6 +757,7 @@
       dispose() {
         this.closed = true;
         clearTimeout(this.retryTimer);
+        clearInterval(this.watchTimer);
         if (this.source) this.source.close();
         this.source = null;
         if (this.view) this.view.dispose();
@@ -784,6 +969,28 @@
     }
 
     if (newBtn) newBtn.addEventListener("click", () => { newTerminal(); });
+
+    // Leaving the page with typing not yet sent asks first; a reload keeps
+    // it (restoreTyping), a tab closed or gone elsewhere does not.
+    window.addEventListener("beforeunload", (event) => {
+      if (!tabs.some((t) => !t.ended && t.unsent() > 0)) return;
+      event.preventDefault();
+      event.returnValue = "";
+    });
+    // The network came back: streams waiting for their retry go at once,
+    // and so does typing.
+    window.addEventListener("online", () => {
+      for (const t of tabs) {
+        if (t.ended || t.closed || !t.id) continue;
+        if (!t.source) {
+          clearTimeout(t.retryTimer);
+          t.connect();
+        }
+        t.renderStatus();
+        t.scheduleSend();
+      }
+    });
+    window.addEventListener("offline", () => { for (const t of tabs) t.renderStatus(); });
 
     reattach();
   }
