@@ -90,8 +90,9 @@ type App struct {
 	inputBytes     int
 	trustedProxies []string            // CIDRs
 	streams        *limits.Gate[int64] // open event streams per account here
-	// openStreams bounds a person's event streams on every instance
-	// together; a stream handed to another instance counts there.
+	// openStreams bounds a person's event streams, on every instance
+	// together when several serve; a stream handed to another instance
+	// counts there.
 	openStreams handlers.Holder
 	searches    *limits.Gate[int64] // running content searches per account
 }
@@ -312,7 +313,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		maxImportBytes: cfg.MaxImportBytes,
 		inputBytes:     terms.Config().InputBytes,
 		streams:        streams,
-		openStreams:    &accountStreams{local: streams, db: store, instance: instance, now: now, log: log},
+		openStreams:    openStreams(cfg, streams, store, instance, now, log),
 		searches:       limits.NewSearches(),
 		metrics:        metered,
 	}
@@ -364,6 +365,17 @@ func shareForgets(b bus.Bus, topic string, f forgetter, followers *sync.WaitGrou
 		}
 	})
 	return nil
+}
+
+// openStreams is how a person's open event streams are bounded: by this
+// instance's gate alone when it runs alone, which costs a stream no
+// query, and with a row per stream in the database when several
+// instances serve together (ClusterSecret).
+func openStreams(cfg Config, local *limits.Gate[int64], store *models.Store, instance string, now func() time.Time, log *slog.Logger) handlers.Holder {
+	if cfg.ClusterSecret == "" {
+		return local
+	}
+	return &accountStreams{local: local, db: store, instance: instance, now: now, log: log}
 }
 
 // endedSessions ends here what this instance keeps of sessions that ended

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,13 +123,14 @@ func TestStreamsPerAccountAreBounded(t *testing.T) {
 	})
 }
 
-// Two instances on one database hold a person to one bound on streams in
-// all: half of them open on each, the next is refused on either; one
+// Two instances serving together (a cluster secret) hold a person to one
+// bound on streams in all: half of them open on each, the next is refused on either; one
 // closed on A frees a place on B; and once an instance is declared gone,
 // the streams it held count no more.
 func TestStreamsPerAccountAreBoundedOnEveryInstanceTogether(t *testing.T) {
-	a := newHarness(t)
-	b := newHarnessOn(t, a.store, nil)
+	secret := func(c *Config) { c.ClusterSecret = strings.Repeat("k", 32) }
+	a := newHarness(t, secret)
+	b := newHarnessOn(t, a.store, nil, secret)
 	// Both live, as their starts record them; A started an hour ago.
 	ctx, now := t.Context(), time.Now()
 	for h, started := range map[*harness]time.Time{a: now.Add(-time.Hour), b: now} {
