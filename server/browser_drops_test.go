@@ -24,6 +24,22 @@ type terminalPage struct {
 	ctx context.Context
 }
 
+// openTerminalPage signs the owner in, opens an edit session of project
+// id from its Code page, and a terminal in it.
+func openTerminalPage(t *testing.T, ctx context.Context, h *harness, id int64) terminalPage {
+	t.Helper()
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	if err := do(ctx, signIn(h, "owner", "password-owner"),
+		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
+		chromedp.Click(css(`button#edit`)),
+		chromedp.WaitReady(css(`#terminals[data-started]`)),
+		chromedp.Click(css(`#new-terminal`)),
+	); err != nil {
+		t.Fatalf("opening a terminal: %v; the page has %s", err, pageState(ctx))
+	}
+	return terminalPage{t: t, ctx: ctx}
+}
+
 // shownRows is the shown terminal's screen, lines as xterm draws them.
 const shownRows = `(document.querySelector(".terminal-pane:not([hidden])")?.shadowRoot?.querySelector(".xterm-rows")?.innerText ?? "")`
 
@@ -191,16 +207,7 @@ func TestBrowserTerminalThroughDrops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
-	if err := do(ctx, signIn(h, "owner", "password-owner"),
-		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
-		chromedp.Click(css(`button#edit`)),
-		chromedp.WaitReady(css(`#terminals[data-started]`)),
-		chromedp.Click(css(`#new-terminal`)),
-	); err != nil {
-		t.Fatalf("opening a terminal: %v; the page has %s", err, pageState(ctx))
-	}
-	term := terminalPage{t: t, ctx: ctx}
+	term := openTerminalPage(t, ctx, h, id)
 
 	// The stream's answers never reach the page: a connection open that
 	// moves nothing. Two heartbeats on, the tab says it reconnects.
@@ -239,7 +246,7 @@ func TestBrowserTerminalThroughDrops(t *testing.T) {
 	default:
 		t.Fatal("leaving the page with keys not sent did not ask first")
 	}
-	if err := do(ctx, chromedp.WaitReady(css(`.terminal-tab.current`))); err != nil {
+	if err := do(ctx, chromedp.WaitReady(chromedp.CSS(`.terminal-tab.current`))); err != nil {
 		t.Fatalf("the terminal after the reload: %v; the page has %s", err, pageState(ctx))
 	}
 	term.waitStatus("the page after the reload to hold the keys", "keys waiting")

@@ -30,16 +30,7 @@ func TestBrowserTypingAhead(t *testing.T) {
 	h := newHarness(t)
 	_, id := editable(t, h)
 	ctx := browser(t)
-	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
-	if err := do(ctx, signIn(h, "owner", "password-owner"),
-		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
-		chromedp.Click(css(`button#edit`)),
-		chromedp.WaitReady(css(`#terminals[data-started]`)),
-		chromedp.Click(css(`#new-terminal`)),
-	); err != nil {
-		t.Fatalf("opening a terminal: %v; the page has %s", err, pageState(ctx))
-	}
-	term := terminalPage{t: t, ctx: ctx}
+	term := openTerminalPage(t, ctx, h, id)
 	waitScreen, typeKeys := term.waitScreen, term.typeKeys
 	keys := func(n int) (string, string) {
 		var b strings.Builder

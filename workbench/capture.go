@@ -214,7 +214,9 @@ func (r *Runtime) capture(ctx context.Context, sess editsession.Identity, co *ch
 	// captures. The checkout here is then stale, and goes.
 	if err := r.db.ClaimSessionRuntime(ctx, sess.ID, r.sb.Instance); err != nil {
 		if errors.Is(err, models.ErrRuntimeElsewhere) {
-			r.forget(ctx, sess.ID, co)
+			if ferr := r.forget(ctx, sess.ID, co); ferr != nil {
+				r.log.Warn("a stale checkout of a session another instance took not removed", "session", sess.ID, "err", ferr)
+			}
 		}
 		return nil, err
 	}
