@@ -138,6 +138,13 @@ func newHarnessOn(t *testing.T, store *models.Store, statements *dbtest.Statemen
 		// Every line at every level, for tests of what the server logs.
 		slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}),
 	))
+	// A failing test shows what the server warned of, so a failure in CI
+	// explains itself without a second run.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the server's warnings and errors:\n%s", logs.severe())
+		}
+	})
 	// The listener comes first: other instances in a test reach this one
 	// at its address (Config.InternalURL).
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -190,6 +197,17 @@ func (b *logBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
+}
+
+// severe is the lines at WARN or ERROR, the last 100 of them.
+func (b *logBuffer) severe() string {
+	var lines []string
+	for line := range strings.Lines(b.String()) {
+		if strings.Contains(line, " level=WARN ") || strings.Contains(line, " level=ERROR ") {
+			lines = append(lines, line)
+		}
+	}
+	return strings.Join(lines[max(len(lines)-100, 0):], "")
 }
 
 func (b *logBuffer) String() string {

@@ -329,6 +329,9 @@ func (c *capturer) visit(e sandbox.Entry) error {
 			return err
 		}
 		target, err := e.Look.Readlink()
+		if errors.Is(err, syscall.EINVAL) {
+			return nil // no longer a link: replaced meanwhile, as vanished says
+		}
 		if err != nil {
 			return c.vanished(err)
 		}
