@@ -51,6 +51,10 @@ type Sandbox struct {
 	// stackErr says why Allow is refused when they are missing.
 	stack, unshare string
 	stackErr       error
+	// helperPath is what a helper executes: /proc/self/exe, or Config.Helper
+	// through the descriptor helperFile holds open.
+	helperPath string
+	helperFile *os.File
 }
 
 // New checks cfg and finds the cgroups to use. The server must run as root
@@ -91,7 +95,14 @@ func New(cfg Config) (*Sandbox, error) {
 			return nil, fmt.Errorf("%w: %q is not a clean absolute folder below /", ErrBadConfig, p)
 		}
 	}
-	s := &Sandbox{cfg: cfg, log: cfg.Log, path: jailPath(cfg.Path)}
+	s := &Sandbox{cfg: cfg, log: cfg.Log, path: jailPath(cfg.Path), helperPath: "/proc/self/exe"}
+	if cfg.Helper != "" {
+		f, err := openHelper(cfg.Helper)
+		if err != nil {
+			return nil, err
+		}
+		s.helperFile, s.helperPath = f, "/proc/self/fd/"+strconv.Itoa(int(f.Fd()))
+	}
 	s.findEgress()
 	switch cfg.CgroupRoot {
 	case "-":
@@ -223,7 +234,33 @@ func (s *Sandbox) Close() error {
 		s.cg.close()
 		s.groups.Unlock()
 	}
+	if s.helperFile != nil {
+		s.helperFile.Close()
+	}
 	return nil
+}
+
+// openHelper opens Config.Helper for the helpers to execute, once it is
+// known to be a regular file that only root may change: whoever could
+// write it would run as root.
+func openHelper(path string) (*os.File, error) {
+	if !cleanAbs(path) {
+		return nil, fmt.Errorf("%w: helper %q is not a clean absolute path", ErrBadConfig, path)
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: helper: %w", ErrBadConfig, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: helper: %w", ErrBadConfig, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != 0 || st.Mode&0o022 != 0 || st.Mode&0o100 == 0 {
+		f.Close()
+		return nil, fmt.Errorf("%w: helper %s must be an executable file of root's that nobody else may write", ErrBadConfig, path)
+	}
+	return f, nil
 }
 
 func (s *Sandbox) inRange(id uint32) bool {
@@ -456,13 +493,14 @@ const prlimitPath = "/usr/bin/prlimit"
 
 func cleanAbs(p string) bool { return filepath.IsAbs(p) && filepath.Clean(p) == p }
 
-// helper is the command that re-executes this binary as the init helper,
-// as PID 1 of new PID, mount, IPC and UTS namespaces. /proc/self/exe is
-// the running binary even when its file was replaced by an upgrade. The
+// helper is the command that re-executes this binary (or Config.Helper)
+// as the init helper, as PID 1 of new PID, mount, IPC and UTS namespaces.
+// /proc/self/exe is the running binary even when its file was replaced by
+// an upgrade. The
 // helper gets an environment of only the marker.
 func (s *Sandbox) helper() *exec.Cmd {
 	return &exec.Cmd{
-		Path: "/proc/self/exe",
+		Path: s.helperPath,
 		Args: []string{initArg0},
 		Env:  []string{initEnv + "=1"},
 		Dir:  "/",

@@ -119,7 +119,14 @@ type Config struct {
 	// is a link, where the link leads inside (read as if it stood at
 	// /etc/resolv.conf).
 	ResolvConf string
-	Log        *slog.Logger
+	// Helper is the program each command's init helper runs: "" is this
+	// very binary (/proc/self/exe), as a server always has it. Tests built
+	// with the race detector name a plain build of the server, whose start
+	// costs a tenth of theirs. It must be root's and writable by root
+	// alone; New opens it once, so a later swap of the file changes
+	// nothing.
+	Helper string
+	Log    *slog.Logger
 }
 
 // Defaults of Config.

@@ -25,12 +25,37 @@ import (
 	"atelier/models"
 	"atelier/sandbox"
 	"atelier/testrig/dbtest"
+	"atelier/testrig/liveserver"
 	"atelier/testrig/pgtest"
 )
 
 func TestMain(m *testing.M) {
 	sandbox.Init()
-	pgtest.Main(m)
+	os.Exit(runTests(m))
+}
+
+// sandboxHelper is a plain build of the server that runs the tests'
+// sandboxed commands, set by TestMain when the tests run as root. A
+// helper that is this test binary would start with the race detector,
+// which costs each command half a second of CPU; what the helper does
+// is the sandbox package's to test, and the root package's tests run the
+// server with its own binary as helper.
+var sandboxHelper string
+
+func runTests(m *testing.M) int {
+	if os.Geteuid() == 0 {
+		dir, err := os.MkdirTemp("", "atelier-helper-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "server tests:", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		if sandboxHelper, err = liveserver.Build(dir, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "server tests: the sandbox's helper:", err)
+			return 1
+		}
+	}
+	return pgtest.Run(m)
 }
 
 // harness is a real Atelier over a fresh database, served over real HTTP.
@@ -117,6 +142,7 @@ func newHarnessOn(t *testing.T, store *models.Store, statements *dbtest.Statemen
 	}
 	cfg.Sandbox.UIDBase = uidBlock(t)
 	cfg.Sandbox.UIDCount = 1_000_000
+	cfg.Sandbox.Helper = sandboxHelper
 	for _, f := range tweak {
 		f(&cfg)
 	}

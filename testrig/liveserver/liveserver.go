@@ -28,6 +28,19 @@ import (
 // here; the account is named "admin".
 const AdminPassword = "live-admin-password-1"
 
+// Build builds the server, without the race detector whatever the tests
+// use, into dir/atelier and returns that path. The build's output goes to
+// logw.
+func Build(dir string, logw io.Writer) (string, error) {
+	bin := filepath.Join(dir, "atelier")
+	build := exec.Command("go", "build", "-o", bin, "atelier")
+	build.Stdout, build.Stderr = logw, logw
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("liveserver: build server: %w", err)
+	}
+	return bin, nil
+}
+
 // Server is a running atelier process.
 type Server struct {
 	cmd  *exec.Cmd
@@ -50,12 +63,10 @@ func Start(logw io.Writer, env ...string) (*Server, error) {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return nil, err
 	}
-	bin := filepath.Join(dir, "atelier")
-	build := exec.Command("go", "build", "-o", bin, "atelier")
-	build.Stdout, build.Stderr = logw, logw
-	if err := build.Run(); err != nil {
+	bin, err := Build(dir, logw)
+	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("liveserver: build server: %w", err)
+		return nil, err
 	}
 	data := filepath.Join(dir, "data")
 	if err := os.Mkdir(data, 0o711); err != nil {

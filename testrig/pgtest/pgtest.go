@@ -41,10 +41,12 @@ var (
 // the tests' code. The postmaster dies with the test binary, even when that is
 // killed by a test timeout.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(Run(m))
 }
 
-func run(m *testing.M) int {
+// Run is Main for a TestMain with more to do around it: it returns the
+// exit code instead of exiting.
+func Run(m *testing.M) int {
 	base, err := os.MkdirTemp("", "pgtest-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest:", err)
