@@ -69,7 +69,7 @@ func (h *EditSessions) ToHolder(c *gin.Context) error {
 	}
 	sess, err := h.session(c, false)
 	if err != nil {
-		return err
+		return h.watchOnly(c, err)
 	}
 	address, err := h.Runtime.HolderElsewhere(c.Request.Context(), sess)
 	if err != nil || address == "" {

@@ -9,7 +9,10 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"atelier/auth"
+	"atelier/editsession"
 	"atelier/terminal"
+	"atelier/views"
+	"atelier/workbench"
 )
 
 type terminalJSON struct {
@@ -126,7 +129,7 @@ func (h *EditSessions) terminal(c *gin.Context) (*terminal.Terminal, error) {
 		h.deadlines(c, now.Add(h.Idle))
 		return t, nil
 	}
-	sess, err := h.session(c, true)
+	sess, err := h.shellSession(c, true)
 	if err != nil {
 		return nil, err
 	}
@@ -158,4 +161,156 @@ func formInt(c *gin.Context, name string) int {
 		n, _ = strconv.Atoi(c.Query(name))
 	}
 	return n
+}
+
+// sharesView is the panel where a terminal's owner shares it read-only.
+type sharesView struct {
+	Base     string // the session's URL
+	Terminal string
+	List     []workbench.Share
+	Problem  *views.Problem
+}
+
+func (v sharesView) JSON() any {
+	if v.Problem != nil {
+		return v.Problem
+	}
+	return v.List
+}
+
+// WatchURL is where a person the terminal is shared with watches it.
+func (v sharesView) WatchURL() string {
+	return views.URL(v.Base, "terminals", v.Terminal, "watch").String()
+}
+
+// Shares lists who may watch the shell, and who watches now.
+func (h *EditSessions) Shares(c *gin.Context) error {
+	return h.answerShares(c, nil)
+}
+
+// Share lets a member of the project watch the shell, read-only.
+func (h *EditSessions) Share(c *gin.Context) error {
+	sess, err := h.shellSession(c, true)
+	if err != nil {
+		return err
+	}
+	with, err := h.Projects.Member(c.Request.Context(), sess.ProjectID, c.PostForm("username"))
+	if err == nil {
+		err = h.Shells.ShareShell(c.Request.Context(), sess, c.Param("tid"), with)
+	}
+	return h.answerShares(c, err)
+}
+
+// Unshare revokes a person's share; their open watch ends at once.
+func (h *EditSessions) Unshare(c *gin.Context) error {
+	sess, err := h.shellSession(c, true)
+	if err != nil {
+		return err
+	}
+	userID, err := strconv.ParseInt(c.Param("uid"), 10, 64)
+	if err != nil {
+		return terminal.ErrNotFound
+	}
+	return h.answerShares(c, h.Shells.UnshareShell(c.Request.Context(), sess, c.Param("tid"), userID))
+}
+
+// answerShares answers with the shares panel, the refusal of a change in it.
+func (h *EditSessions) answerShares(c *gin.Context, changeErr error) error {
+	status := http.StatusOK
+	var prob *views.Problem
+	if changeErr != nil {
+		if prob = ProblemOf(changeErr); prob.Status >= 500 || !views.IsHTMX(c.Request) && !views.WantsJSON(c.Request) {
+			return changeErr
+		}
+		status = prob.Status
+	}
+	sess, err := h.shellSession(c, false)
+	if err != nil {
+		return err
+	}
+	list, err := h.Shells.Shares(c.Request.Context(), sess, c.Param("tid"))
+	if err != nil {
+		return err
+	}
+	return h.Render.Render(c, status, "partials/terminal_shares",
+		sharesView{Base: base(sess), Terminal: c.Param("tid"), List: list, Problem: prob})
+}
+
+// watchView is the page of a terminal shared with the person who watches.
+type watchView struct {
+	ProjectID int64
+	Stream    string
+	Owner     string
+	Heartbeat int64
+}
+
+// Watch is the page where a person watches a terminal shared with them.
+func (h *EditSessions) Watch(c *gin.Context) error {
+	acc, err := access(c, h.Projects, auth.CodeRead)
+	if err != nil {
+		return err
+	}
+	lease, err := h.Shells.SharedShell(c.Request.Context(), acc.User, c.Param("sid"), c.Param("tid"))
+	if err != nil {
+		return err
+	}
+	stream := views.URL("/projects", acc.Project.ID, "sessions", c.Param("sid"), "terminals", c.Param("tid"), "watch", "stream").String()
+	return h.Render.Render(c, http.StatusOK, "watch",
+		watchView{ProjectID: acc.Project.ID, Stream: stream, Owner: lease.Owner, Heartbeat: h.Heartbeat.Milliseconds()})
+}
+
+// WatchStream streams a shared terminal's output to a person who watches
+// it; it ends when the owner revokes the share.
+func (h *EditSessions) WatchStream(c *gin.Context) error {
+	acc, err := access(c, h.Projects, auth.CodeRead)
+	if err != nil {
+		return err
+	}
+	return h.Shells.ServeWatch(c.Writer, c.Request, acc.User, acc.Project.ID, c.Param("sid"), c.Param("tid"))
+}
+
+// ToWatchHolder hands a watcher's request to the instance that runs the
+// shell, as ToHolder does for its owner's.
+func (h *EditSessions) ToWatchHolder(c *gin.Context) error {
+	if h.Forward == nil || h.Forward.Forwarded(c.Request) {
+		return nil
+	}
+	acc, err := access(c, h.Projects, auth.CodeRead)
+	if err != nil {
+		return err
+	}
+	lease, err := h.Shells.SharedShell(c.Request.Context(), acc.User, c.Param("sid"), c.Param("tid"))
+	if err != nil {
+		return err
+	}
+	address, err := h.Runtime.HolderOf(c.Request.Context(), lease.SessionID)
+	if err != nil || address == "" {
+		return err
+	}
+	h.Forward.Forward(c, address)
+	c.Abort()
+	return nil
+}
+
+// shellSession is the caller's session of a URL that names one of its
+// shells: a person who only watches that shell is told so (ErrWatchOnly).
+func (h *EditSessions) shellSession(c *gin.Context, touch bool) (*editsession.Session, error) {
+	sess, err := h.session(c, touch)
+	if err != nil {
+		return nil, h.watchOnly(c, err)
+	}
+	return sess, nil
+}
+
+// watchOnly turns the refusal of a session that is not the caller's into
+// ErrWatchOnly when the caller watches the terminal of the URL: they know
+// it exists, and are told why they may not type into it.
+func (h *EditSessions) watchOnly(c *gin.Context, err error) error {
+	if !errors.Is(err, editsession.ErrNotFound) || c.Param("tid") == "" || auth.User(c) == nil {
+		return err
+	}
+	if _, werr := h.Shells.SharedShell(c.Request.Context(), auth.User(c), c.Param("sid"), c.Param("tid")); werr == nil {
+		return workbench.ErrWatchOnly
+	}
+	return err
 }

@@ -282,3 +282,27 @@ func (s *Service) Leave(ctx context.Context, user *models.User, projectID int64)
 		"heir", d.Heir, "archived", d.Archived, "name", acc.Project.Name)
 	return d, nil
 }
+
+// ErrNotAMember: a person named for something only the project's members
+// may have is not one of them (or does not exist: the answer is the same).
+var ErrNotAMember = fault.New(fault.BadInput, "not_a_member", "projects: not a member of the project",
+	"Only members of this project can be chosen; add them on the Members page first.")
+
+// Member returns the member of the project named username, who may read
+// its code.
+func (s *Service) Member(ctx context.Context, projectID int64, username string) (*models.User, error) {
+	user, err := s.store.UserByName(ctx, strings.TrimSpace(username))
+	if errors.Is(err, models.ErrNotFound) {
+		return nil, ErrNotAMember
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Permit(ctx, user, projectID, auth.CodeRead); err != nil {
+		if errors.Is(err, auth.ErrForbidden) || errors.Is(err, ErrNotFound) {
+			return nil, ErrNotAMember
+		}
+		return nil, err
+	}
+	return user, nil
+}

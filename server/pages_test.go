@@ -170,6 +170,24 @@ func TestPageRoutes(t *testing.T) {
 	for _, p := range projects {
 		changeOf[p.id] = "/projects/" + itoa(p.id) + "/changes/" + itoa(p.users[0].c.editFile(p.id, "README.md", "# Changed\n"))
 	}
+	// The owner's shell in each project that runs them, shared with molly
+	// to watch.
+	watchOf := map[int64]string{}
+	for _, p := range projects {
+		if p.id == archived {
+			continue
+		}
+		owner := p.users[0]
+		term, res := owner.c.openTerminal(owner.base)
+		if res.StatusCode != http.StatusCreated {
+			t.Fatalf("%s: terminal: %d %s", p.kind, res.StatusCode, readBody(res))
+		}
+		shared := owner.base + "/terminals/" + term.ID
+		if res := owner.c.post(shared+"/shares", url.Values{"username": {"molly"}}, jsonAccept); res.StatusCode != http.StatusOK {
+			t.Fatalf("%s: share: %d %s", p.kind, res.StatusCode, readBody(res))
+		}
+		watchOf[p.id] = shared
+	}
 	if res := eve.post("/projects/"+itoa(archived)+"/archive", nil, jsonAccept); res.StatusCode != http.StatusNoContent {
 		t.Fatalf("archive: %d", res.StatusCode)
 	}
@@ -265,6 +283,26 @@ func TestPageRoutes(t *testing.T) {
 				{"/admin/terminals", dashboard, false, ""},
 				{"/projects/999999", http.StatusNotFound, true, ""},
 				{"/no-such-page", http.StatusNotFound, true, ""},
+			}
+			if shared := watchOf[p.id]; shared != "" {
+				watch, shares := http.StatusNotFound, http.StatusNotFound
+				switch u {
+				case p.users[0]:
+					shares = http.StatusOK
+				case p.users[2]: // molly, who watches
+					watch, shares = http.StatusOK, http.StatusForbidden
+				}
+				routes = append(routes, struct {
+					path string
+					want int
+					html bool
+					tab  string
+				}{shared + "/watch", watch, true, "Code"}, struct {
+					path string
+					want int
+					html bool
+					tab  string
+				}{shared + "/shares", shares, true, ""})
 			}
 			for _, change := range told[p.id] {
 				routes = append(routes, struct {

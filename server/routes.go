@@ -115,6 +115,12 @@ func (a *App) routes() http.Handler {
 	session.POST(inputRoute, toHolder, h(a.edit.Input))
 	session.POST("/terminals/:tid/resize", toHolder, h(a.edit.Resize))
 	session.DELETE("/terminals/:tid", toHolder, h(a.edit.CloseTerminal))
+	session.GET("/terminals/:tid/shares", toHolder, h(a.edit.Shares))
+	session.POST("/terminals/:tid/shares", toHolder, h(a.edit.Share))
+	session.DELETE("/terminals/:tid/shares/:uid", toHolder, h(a.edit.Unshare))
+	// A person a shell is shared with watches it, read-only.
+	session.GET("/terminals/:tid/watch", h(a.edit.Watch))
+	session.GET("/terminals/:tid/watch/stream", h(a.edit.ToWatchHolder), h(handlers.HoldStream(a.openStreams)), h(a.edit.WatchStream))
 	session.POST("/submit", h(a.changes.Submit))
 	session.POST("/rebase", h(a.changes.Rebase))
 	in.GET("/projects/:id/changes", h(a.changes.List))

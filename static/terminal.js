@@ -86,6 +86,8 @@
     const tabsEl = $("terminal-tabs");
     const panesEl = $("terminal-panes");
     const newBtn = $("new-terminal");
+    const shareBtn = $("share-terminal");
+    const sharesBox = $("terminal-shares-box");
     const errorEl = $("terminal-error");
     const hintEl = $("terminal-hint");
     const base = (section.dataset.base || "").replace(/\/+$/, "");
@@ -321,6 +323,7 @@
       // offset from.
       attach(id, nextSeq, from) {
         this.id = id;
+        if (active === this && shareBtn) shareBtn.hidden = false;
         this.seq = Math.max(1, Number(nextSeq) || 1);
         this.pane.dataset.terminal = id;
         this.el.dataset.terminal = id;
@@ -772,8 +775,10 @@
     // activate shows tab's pane (and hides the others); focus: move the
     // keyboard focus into its terminal.
     function activate(tab, focus = true) {
+      if (active !== tab) closeShares();
       active = tab;
       if (hintEl) hintEl.hidden = tabs.length > 0;
+      if (shareBtn) shareBtn.hidden = !(tab && tab.id);
       for (const t of tabs) {
         const on = t === tab;
         t.pane.hidden = !on;
@@ -785,6 +790,41 @@
         tab.fit();
         if (focus) tab.terminal.focus();
       }
+    }
+
+    // ---- sharing the active terminal to watch -----------------------------
+
+    // The panel is the server's (partials/terminal_shares); its forms
+    // refresh it through htmx.
+    function closeShares() {
+      if (!sharesBox) return;
+      sharesBox.hidden = true;
+      sharesBox.replaceChildren();
+      if (shareBtn) shareBtn.setAttribute("aria-expanded", "false");
+    }
+
+    async function toggleShares() {
+      if (!sharesBox || !active || !active.id) return;
+      if (!sharesBox.hidden) {
+        closeShares();
+        return;
+      }
+      try {
+        const res = await call("GET", terminalURL(active.id, "shares"), null, { Accept: "text/html", "HX-Request": "true" }, INPUT_TIMEOUT);
+        if (!res.ok) {
+          showError(await problemText(res));
+          return;
+        }
+        sharesBox.innerHTML = await res.text();
+      } catch (_) {
+        showError("The server could not be reached to share the terminal; try again.");
+        return;
+      }
+      sharesBox.hidden = false;
+      shareBtn.setAttribute("aria-expanded", "true");
+      if (window.htmx) window.htmx.process(sharesBox);
+      const input = sharesBox.querySelector("input[name=username]");
+      if (input) input.focus();
     }
 
     // askClose asks, in the tab itself, before a running shell is stopped.
@@ -969,6 +1009,7 @@
     }
 
     if (newBtn) newBtn.addEventListener("click", () => { newTerminal(); });
+    if (shareBtn) shareBtn.addEventListener("click", () => { toggleShares(); });
 
     // Leaving the page with typing not yet sent asks first; a reload keeps
     // it (restoreTyping), a tab closed or gone elsewhere does not.

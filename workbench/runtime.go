@@ -204,7 +204,13 @@ func (r *Runtime) checkoutFor(ctx context.Context, sess editsession.Identity, ui
 // this one, that holds the session's runtime; "" when none does (this
 // instance may take it) or when that instance takes no requests.
 func (r *Runtime) HolderElsewhere(ctx context.Context, session Session) (string, error) {
-	_, address, err := r.db.SessionHolder(ctx, session.Identity().ID, r.sb.Instance)
+	return r.HolderOf(ctx, session.Identity().ID)
+}
+
+// HolderOf is HolderElsewhere for a session known by its id alone, as a
+// person who watches one of its shells knows it.
+func (r *Runtime) HolderOf(ctx context.Context, sessionID string) (string, error) {
+	_, address, err := r.db.SessionHolder(ctx, sessionID, r.sb.Instance)
 	return address, err
 }
 

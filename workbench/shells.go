@@ -57,6 +57,8 @@ type Shells struct {
 
 	// watching counts the shells whose end is not yet settled (watch).
 	watching sync.WaitGroup
+	// viewers are the people watching shells here through shares.
+	viewers viewers
 }
 
 // ShellsOptions are what Shells work with.
