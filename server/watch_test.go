@@ -181,6 +181,22 @@ func TestWatchASharedTerminal(t *testing.T) {
 	expectProblem(t, bob.get(watchStream, jsonAccept), http.StatusNotFound, "not_found")
 	expectProblem(t, bob.input(base, term.ID, 2, "id\r"), http.StatusNotFound, "not_found")
 
+	// Shared again, then bob is taken out of the project: his open watch
+	// ends at the shells' next beat (within workbench.LeaseEvery), which
+	// the test runs itself.
+	decode[[]shareJSON](t, owner.post(shares, url.Values{"username": {"bob"}}, jsonAccept))
+	w = bob.watch(t, watchStream)
+	w.sees(t, "watch-42")
+	if res := owner.del("/projects/"+itoa(id)+"/members/bob", header{"X-CSRF-Token": owner.csrf, "Accept": "application/json"}); res.StatusCode != http.StatusOK {
+		t.Fatalf("removing bob: %d %s", res.StatusCode, readBody(res))
+	}
+	h.app.Shells.Heartbeat(context.Background())
+	select {
+	case <-w.ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("bob watched on after leaving the project")
+	}
+
 	// The owner's own terminal went on all along.
 	if out, _ := owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream", "watch-42"); !strings.Contains(out, "watch-42") {
 		t.Fatalf("owner's output %q", out)

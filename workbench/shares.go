@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 
+	"atelier/auth"
 	"atelier/events"
 	"atelier/fault"
 	"atelier/models"
@@ -69,6 +70,24 @@ func (v *viewers) end(tid string, userID int64) {
 	for _, cancel := range v.open[tid][userID] {
 		cancel()
 	}
+}
+
+// viewer is one person watching one terminal here.
+type viewer struct {
+	tid    string
+	userID int64
+}
+
+func (v *viewers) list() []viewer {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var all []viewer
+	for tid, people := range v.open {
+		for userID := range people {
+			all = append(all, viewer{tid, userID})
+		}
+	}
+	return all
 }
 
 func (v *viewers) watching(tid string, userID int64) bool {
@@ -165,4 +184,43 @@ func (s *Shells) ServeWatch(w http.ResponseWriter, r *http.Request, user *models
 	s.tell(events.TopicTerminals)
 	defer s.tell(events.TopicTerminals)
 	return t.ServeStream(w, r.WithContext(ctx))
+}
+
+// checkViewers ends the watch streams of people who may watch no more:
+// their share is gone (revoked, or they were deleted), or they can no
+// longer read the project. The heartbeat calls it, so a person taken out
+// of a project stops watching within LeaseEvery.
+func (s *Shells) checkViewers(ctx context.Context) {
+	for _, w := range s.viewers.list() {
+		t, err := s.terms.Get(w.tid)
+		if err != nil {
+			continue // the stream ends with the shell
+		}
+		sh, ok := t.Tag().(*shell)
+		if ok && !s.mayStillWatch(ctx, sh, w) {
+			s.log.Info("a watcher may watch no more; ending their stream", "terminal", w.tid, "user", w.userID)
+			s.viewers.end(w.tid, w.userID)
+		}
+	}
+}
+
+// mayStillWatch re-checks, from the database, that the share stands and
+// the person still reads the shell's project. A database hiccup is no
+// verdict: only a definite answer ends the watch.
+func (s *Shells) mayStillWatch(ctx context.Context, sh *shell, w viewer) bool {
+	_, err := s.db.SharedTerminal(ctx, w.tid, w.userID)
+	switch {
+	case errors.Is(err, models.ErrNotFound):
+		return false
+	case err != nil:
+		return true
+	}
+	_, role, err := s.db.ProjectOfMember(ctx, sh.projectID, w.userID)
+	switch {
+	case errors.Is(err, models.ErrNotFound):
+		return false
+	case err != nil:
+		return true
+	}
+	return auth.Can(auth.Role(role), auth.CodeRead)
 }

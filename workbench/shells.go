@@ -328,6 +328,7 @@ func (s *Shells) Heartbeat(ctx context.Context) {
 	if _, err := s.db.LoseStaleTerminals(ctx, now.Add(-staleLease), now); err != nil {
 		s.log.Warn("stale terminal leases not marked lost", "err", err)
 	}
+	s.checkViewers(ctx)
 }
 
 // recordActivity writes, once per session, the latest use of its shells
