@@ -182,8 +182,9 @@ func (n *flakyNet) intercept(t *testing.T, ctx context.Context) {
 // stream that stays open and moves nothing is found dead within two
 // heartbeats and opened again, with the tab saying so; a keystroke request
 // stranded on a dead connection is given up and sent again, while the tab
-// says keys are waiting; and keys typed while every request fails survive
-// a reload (the page asks before it goes), reaching the shell once.
+// says keys are waiting; keys typed while every request fails survive
+// a reload (the page asks before it goes), reaching the shell once; and
+// keys typed blind are shown before they go, and can be discarded.
 func TestBrowserTerminalThroughDrops(t *testing.T) {
 	needRoot(t)
 	h := newHarness(t, func(c *Config) { c.Terminals.Heartbeat = time.Second })
@@ -258,5 +259,23 @@ func TestBrowserTerminalThroughDrops(t *testing.T) {
 	term.waitStatus("nothing left to send", "live")
 	if n := strings.Count(term.screen(), "reloaded-42"); n != 1 {
 		t.Fatalf("the keys kept over the reload ran %d times; the terminal shows %q", n, term.screen())
+	}
+
+	// Keys typed blind are shown, Enter as ⏎, before they go; Discard
+	// drops them, and the keys typed after it are the only ones to run.
+	net.set("fail", "pass")
+	term.typeKeys("echo discarded-$((6*7))\r")
+	if err := do(ctx, showsText(`.terminal-blind:not([hidden]) code`, "echo discarded-$((6*7))⏎")); err != nil {
+		t.Fatalf("the waiting keys are not shown: %v; the page has %s", err, pageState(ctx))
+	}
+	if err := do(ctx, chromedp.Click(chromedp.CSS(`.terminal-blind:not([hidden]) button.discard`))); err != nil {
+		t.Fatal(err)
+	}
+	term.waitStatus("the discarded keys no longer waiting", "live")
+	net.set("pass", "pass")
+	term.typeKeys("echo kept-$((6*7))\r")
+	term.waitScreen("the keys typed after the discard", "kept-42")
+	if strings.Contains(term.screen(), "discarded") {
+		t.Fatalf("discarded keys reached the shell: %q", term.screen())
 	}
 }

@@ -209,10 +209,6 @@
       return btoa(bin);
     }
 
-    function sleep(ms) {
-      return new Promise((resolve) => setTimeout(resolve, ms));
-    }
-
     // nextFrame runs fn at the next animation frame, or soon when the page
     // is hidden (browsers pause animation frames then).
     function nextFrame(fn) {
@@ -293,6 +289,29 @@
         this.pane.setAttribute("aria-label", "Terminal " + this.n);
         this.pane.hidden = true;
 
+        // Keys typed while the connection is down, shown before they go:
+        // beside the pane, since the pane's own children are hidden by the
+        // terminal's shadow root.
+        this.blindEl = document.createElement("div");
+        this.blindEl.className = "terminal-blind";
+        this.blindEl.setAttribute("role", "region");
+        this.blindEl.setAttribute("aria-label", "Keys typed while disconnected");
+        this.blindEl.hidden = true;
+        const blindSay = document.createElement("span");
+        blindSay.textContent = "Typed while disconnected, sent when the connection returns: ";
+        this.blindText = document.createElement("code");
+        const sendNow = document.createElement("button");
+        sendNow.type = "button";
+        sendNow.className = "secondary send";
+        sendNow.textContent = "Try now";
+        const discard = document.createElement("button");
+        discard.type = "button";
+        discard.className = "danger discard";
+        discard.textContent = "Discard";
+        this.blindEl.append(blindSay, this.blindText, sendNow, discard);
+        sendNow.addEventListener("click", () => { if (this.wake) this.wake(); });
+        discard.addEventListener("click", () => this.discardTyping());
+
         this.selectBtn.addEventListener("click", () => activate(this));
         this.closeBtn.addEventListener("click", () => { closeTab(this); });
       }
@@ -301,7 +320,7 @@
       // first, so xterm can measure its cells.
       mount() {
         if (tabsEl) tabsEl.appendChild(this.el);
-        if (panesEl) panesEl.appendChild(this.pane);
+        if (panesEl) panesEl.append(this.blindEl, this.pane);
         tabs.push(this);
         activate(this, false);
         this.view = window.AtelierXterm.create(this.pane, Object.assign({}, OPTIONS, { theme: currentTheme() }));
@@ -438,6 +457,42 @@
         if (this.statusText.textContent !== words) this.statusText.textContent = words;
         if (this.statusClock.textContent !== clock) this.statusClock.textContent = clock;
         this.statusEl.dataset.state = words.split(" ")[0] || "ended";
+        this.renderBlind(n > 0 && !this.ended && (!words.startsWith("live") || this.inflightSlow()));
+      }
+
+      // renderBlind shows the keys waiting to be sent, control keys as
+      // marks (⏎ Enter, ⇥ Tab, ⌫ Backspace, ⎋ Escape, ^C), the last 120.
+      renderBlind(show) {
+        show = show && active === this;
+        if (this.blindEl.hidden === !show && !show) return;
+        this.blindEl.hidden = !show;
+        if (!show) return;
+        const parts = this.inflight ? [this.inflight.bytes, ...this.pending] : this.pending;
+        let text = "";
+        const decoder = new TextDecoder();
+        for (const part of parts) text += decoder.decode(part, { stream: true });
+        text += decoder.decode();
+        const marks = { "\r": "⏎", "\n": "↵", "\t": "⇥", "\x7f": "⌫", "\x1b": "⎋" };
+        const shown = Array.from(text, (ch) => {
+          if (marks[ch]) return marks[ch];
+          const code = ch.charCodeAt(0);
+          return code < 0x20 ? "^" + String.fromCharCode(code + 64) : ch;
+        }).join("");
+        const last = shown.length > 120 ? "…" + shown.slice(-120) : shown;
+        if (this.blindText.textContent !== last) this.blindText.textContent = last;
+      }
+
+      // discardTyping drops the keys not yet sent. A batch already on its
+      // way is sent again empty under its number: if the server never got
+      // it, the number is spent on nothing; if it did, nothing changes.
+      discardTyping() {
+        this.pending = [];
+        this.pendingBytes = 0;
+        if (this.inflight) this.inflight.bytes = new Uint8Array(0);
+        this.keepTyping();
+        if (this.wake) this.wake();
+        this.renderStatus();
+        if (this.terminal) this.terminal.focus();
       }
 
       // inflightSlow: typing has been on its way for more than a moment.
@@ -665,7 +720,6 @@
         if (!this.inflight) this.inflight = { seq: this.seq, bytes: this.takeBatch() };
         this.inflight.since = Date.now();
         const seq = this.inflight.seq;
-        const batch = this.inflight.bytes;
         this.keepTyping();
         let delay = 100;
         try {
@@ -673,6 +727,8 @@
             if (this.ended || this.closed) return;
             let res = null;
             try {
+              // The batch as it is now: a discard empties it.
+              const batch = this.inflight ? this.inflight.bytes : new Uint8Array(0);
               res = await call("POST", terminalURL(this.id, "input"), batch, {
                 "Content-Type": "application/octet-stream",
                 "X-Input-Seq": String(seq),
@@ -705,7 +761,11 @@
             // 429 (the shell's input queue is full), a server error or the
             // network: the same bytes under the same number, a bit later.
             this.renderStatus();
-            await sleep(delay);
+            await new Promise((resolve) => {
+              this.wake = resolve; // "Try now" cuts the wait short
+              setTimeout(resolve, delay);
+            });
+            this.wake = null;
             delay = Math.min(delay * 2, res && res.status === 429 ? 1000 : 5000);
           }
         } finally {
@@ -767,6 +827,7 @@
         this.view = null;
         this.el.remove();
         this.pane.remove();
+        this.blindEl.remove();
       }
     }
 
@@ -785,6 +846,7 @@
         t.selectBtn.setAttribute("aria-selected", on ? "true" : "false");
         t.selectBtn.tabIndex = on ? 0 : -1;
         t.el.classList.toggle("current", on);
+        if (t.id) t.renderStatus(); // only the shown tab's waiting keys show
       }
       if (tab && tab.view) {
         tab.fit();
