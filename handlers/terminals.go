@@ -10,6 +10,8 @@ import (
 
 	"atelier/auth"
 	"atelier/editsession"
+	"atelier/models"
+	"atelier/projects"
 	"atelier/terminal"
 	"atelier/views"
 	"atelier/workbench"
@@ -246,11 +248,7 @@ type watchView struct {
 
 // Watch is the page where a person watches a terminal shared with them.
 func (h *EditSessions) Watch(c *gin.Context) error {
-	acc, err := access(c, h.Projects, auth.CodeRead)
-	if err != nil {
-		return err
-	}
-	lease, err := h.Shells.SharedShell(c.Request.Context(), acc.User, c.Param("sid"), c.Param("tid"))
+	acc, lease, err := h.watched(c)
 	if err != nil {
 		return err
 	}
@@ -275,11 +273,7 @@ func (h *EditSessions) ToWatchHolder(c *gin.Context) error {
 	if h.Forward == nil || h.Forward.Forwarded(c.Request) {
 		return nil
 	}
-	acc, err := access(c, h.Projects, auth.CodeRead)
-	if err != nil {
-		return err
-	}
-	lease, err := h.Shells.SharedShell(c.Request.Context(), acc.User, c.Param("sid"), c.Param("tid"))
+	_, lease, err := h.watched(c)
 	if err != nil {
 		return err
 	}
@@ -290,6 +284,20 @@ func (h *EditSessions) ToWatchHolder(c *gin.Context) error {
 	h.Forward.Forward(c, address)
 	c.Abort()
 	return nil
+}
+
+// watched is the shell of the URL when it is shared with the caller, who
+// may read the project.
+func (h *EditSessions) watched(c *gin.Context) (*projects.Access, *models.SharedTerminal, error) {
+	acc, err := access(c, h.Projects, auth.CodeRead)
+	if err != nil {
+		return nil, nil, err
+	}
+	lease, err := h.Shells.SharedShell(c.Request.Context(), acc.User, c.Param("sid"), c.Param("tid"))
+	if err != nil {
+		return nil, nil, err
+	}
+	return acc, lease, nil
 }
 
 // shellSession is the caller's session of a URL that names one of its

@@ -164,6 +164,15 @@
       return res;
     }
 
+    // button makes a plain button with its words and classes.
+    function button(text, className) {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = className;
+      b.textContent = text;
+      return b;
+    }
+
     function form(fields) {
       const p = new URLSearchParams();
       for (const k of Object.keys(fields)) p.set(k, String(fields[k]));
@@ -300,14 +309,8 @@
         const blindSay = document.createElement("span");
         blindSay.textContent = "Typed while disconnected, sent when the connection returns: ";
         this.blindText = document.createElement("code");
-        const sendNow = document.createElement("button");
-        sendNow.type = "button";
-        sendNow.className = "secondary send";
-        sendNow.textContent = "Try now";
-        const discard = document.createElement("button");
-        discard.type = "button";
-        discard.className = "danger discard";
-        discard.textContent = "Discard";
+        const sendNow = button("Try now", "secondary send");
+        const discard = button("Discard", "danger discard");
         this.blindEl.append(blindSay, this.blindText, sendNow, discard);
         sendNow.addEventListener("click", () => { if (this.wake) this.wake(); });
         discard.addEventListener("click", () => this.discardTyping());
@@ -896,14 +899,8 @@
       ask.className = "tab-confirm";
       ask.setAttribute("role", "group");
       ask.setAttribute("aria-label", "Stop Terminal " + tab.n + " and whatever runs in it?");
-      const stop = document.createElement("button");
-      stop.type = "button";
-      stop.className = "danger";
-      stop.textContent = "Stop";
-      const keep = document.createElement("button");
-      keep.type = "button";
-      keep.className = "secondary";
-      keep.textContent = "Keep";
+      const stop = button("Stop", "danger");
+      const keep = button("Keep", "secondary");
       ask.append("Stop it? ", stop, keep);
       tab.closeBtn.hidden = true;
       tab.el.appendChild(ask);
