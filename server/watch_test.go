@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +201,46 @@ func TestWatchASharedTerminal(t *testing.T) {
 	// The owner's own terminal went on all along.
 	if out, _ := owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream", "watch-42"); !strings.Contains(out, "watch-42") {
 		t.Fatalf("owner's output %q", out)
+	}
+}
+
+// TestAWatcherReachesTheShellThroughAnyInstance: with the shell on a, a
+// watcher's stream through b is handed to a and carries the shell's
+// output; typing through b is refused there (403), and stopping the share
+// through b ends the watch that a serves.
+func TestAWatcherReachesTheShellThroughAnyInstance(t *testing.T) {
+	needRoot(t)
+	a, b, owner, _, base := clusterOf(t)
+	id, err := strconv.ParseInt(strings.Split(base, "/")[2], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.user("bob", false)
+	owner.addMember(id, "bob", "member")
+	term, res := owner.openTerminal(base)
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("open: %d %s", res.StatusCode, readBody(res))
+	}
+	if _, err := a.app.Terminals.Get(term.ID); err != nil {
+		t.Fatalf("the shell does not run on a: %v", err)
+	}
+	shares := base + "/terminals/" + term.ID + "/shares"
+	list := decode[[]shareJSON](t, owner.post(shares, url.Values{"username": {"bob"}}, jsonAccept))
+	if len(list) != 1 {
+		t.Fatalf("shares %+v", list)
+	}
+
+	bobOnB := b.signIn("bob")
+	w := bobOnB.watch(t, base+"/terminals/"+term.ID+"/watch/stream")
+	owner.input(base, term.ID, 1, "echo far-$((6*7))\r")
+	w.sees(t, "far-42")
+	expectProblem(t, bobOnB.input(base, term.ID, 2, "id\r"), http.StatusForbidden, "watch_only")
+
+	ownerOnB := b.signIn("owner")
+	ownerOnB.del(shares+"/"+itoa(list[0].UserID), header{"X-CSRF-Token": ownerOnB.csrf, "Accept": "application/json"})
+	select {
+	case <-w.ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch through b went on after the share was stopped through b")
 	}
 }
