@@ -151,7 +151,13 @@ func TestAnEventRecordedOnOneInstanceReachesAnotherOnce(t *testing.T) {
 		slices.Sort(latencies)
 		p50, p99 := latencies[n/2], latencies[n*99/100]
 		t.Logf("instance %s heard %d events recorded on A: p50 %v, p99 %v, max %v", name, n, p50, p99, latencies[n-1])
-		if limit := wait.Span(150 * time.Millisecond).Duration(); p99 > limit {
+		// A coarse guard, not the figure: an event that waited for a poll
+		// instead of the bus would take seconds, while two cores shared
+		// with the rest of the tests stall a burst's tail for a quarter of
+		// one. The figure (p99 ≤ 150 ms) is measured where nothing else
+		// runs, and the README's comes from the server's
+		// TestEventsOnOneInstanceReachViewersOnAnother.
+		if limit := wait.Span(time.Second).Duration(); p99 > limit {
 			t.Errorf("%s: p99 %v, over %v", name, p99, limit)
 		}
 	}
