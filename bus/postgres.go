@@ -165,6 +165,12 @@ func (p *Postgres) run(ctx context.Context, conn *pgx.Conn) {
 	}
 }
 
+// pingTimeout bounds the check of a quiet listener's connection. It is not
+// Options.Idle: a short Idle on a loaded machine turned a slow answer into a
+// reconnect, and what was published meanwhile into a gap. A closed or reset
+// connection fails the ping at once; only a silent network waits this long.
+const pingTimeout = 10 * time.Second
+
 // receive hands each notification to the subscribers until the
 // connection fails or ctx ends.
 func (p *Postgres) receive(ctx context.Context, conn *pgx.Conn) error {
@@ -180,7 +186,7 @@ func (p *Postgres) receive(ctx context.Context, conn *pgx.Conn) error {
 				return err
 			}
 			// Quiet for a while: make sure the connection still is one.
-			pingCtx, cancel := context.WithTimeout(ctx, p.opts.Idle)
+			pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
 			err = conn.Ping(pingCtx)
 			cancel()
 			if err != nil {
