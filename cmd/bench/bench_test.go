@@ -62,14 +62,14 @@ func TestShortBench(t *testing.T) {
 }
 
 var (
-	httpFloor       = regexp.MustCompile(`HTTP floor \([^)]+\) (\d+\.\d+) ms`)
-	handlersTake    = regexp.MustCompile(`handlers take (\d+\.\d+) ms`)
+	httpFloor       = regexp.MustCompile(`HTTP floor \([^)]+\) (\d+(?:\.\d+)?) ms`)
+	handlersTake    = regexp.MustCompile(`handlers take (\d+(?:\.\d+)?) ms`)
 	handlerTakes    = regexp.MustCompile(`handler takes (\d+(?:\.\d+)?) ms`)
 	sandboxRun      = regexp.MustCompile(`sandbox's run (\d+(?:\.\d+)?) ms`)
 	exportTakes     = regexp.MustCompile("`git archive` into `tar -x` alone takes (\\d+(?:\\.\\d+)?) ms")
 	writingTakes    = regexp.MustCompile(`writing the files into git (\d+(?:\.\d+)?) ms`)
 	publishingTakes = regexp.MustCompile(`publishing them to the object store (\d+(?:\.\d+)?) ms`)
-	ttydMeasured    = regexp.MustCompile(`ttyd (\d+\.\d+) (ms|MB/s)`)
+	ttydMeasured    = regexp.MustCompile(`ttyd (\d+(?:\.\d+)?) (ms|MB/s)`)
 	ttydNotMeasured = regexp.MustCompile(`ttyd: not measured \([^)]+\)`)
 )
 
