@@ -55,6 +55,7 @@ func runTests(m *testing.M) int {
 			return 1
 		}
 	}
+	defer stopSharedChromium()
 	return pgtest.Run(m)
 }
 
