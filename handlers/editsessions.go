@@ -29,7 +29,9 @@ type EditSessions struct {
 	Sessions *editsession.Sessions
 	Runtime  *workbench.Runtime
 	Shells   *workbench.Shells
-	Idle     time.Duration
+	// Recordings are the owners' recordings of their shells.
+	Recordings *workbench.Recordings
+	Idle       time.Duration
 	// Now is the clock the sessions' limits run on; the page's countdown
 	// follows it.
 	Now func() time.Time

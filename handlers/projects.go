@@ -12,6 +12,7 @@ import (
 	"atelier/models"
 	"atelier/projects"
 	"atelier/views"
+	"atelier/workbench"
 	"atelier/workspace"
 )
 
@@ -20,6 +21,8 @@ type Projects struct {
 	Render   *views.Renderer
 	Projects *projects.Service
 	Meter    *meter.Meter // the warning at 80 % and 95 % of the sandbox cap
+	// Recordings lists the terminal recordings shared with a project.
+	Recordings *workbench.Recordings
 }
 
 // projectsView is the projects page: the caller's projects and the offers
@@ -138,6 +141,7 @@ type projectView struct {
 	LastOwner    bool // leaving passes the project on, or archives it
 	Members      membersView
 	Usage        meter.Usage
+	Recordings   []recordingRow // shared with the project
 }
 
 func (v projectView) JSON() any {
@@ -174,6 +178,11 @@ func (h *Projects) Show(c *gin.Context) error {
 	if v.Usage, err = h.Meter.Usage(c.Request.Context(), acc.Project.ID); err != nil {
 		return err
 	}
+	shared, err := h.Recordings.Shared(c.Request.Context(), acc.Project.ID)
+	if err != nil {
+		return err
+	}
+	v.Recordings = recordingRows(shared, acc.User)
 	if err := h.Projects.CodeReady(acc.Project); err != nil {
 		v.CodeNotReady = ProblemOf(err).Message
 	} else {

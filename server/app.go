@@ -48,6 +48,7 @@ type App struct {
 	EditSessions *editsession.Sessions
 	Runtime      *workbench.Runtime
 	Shells       *workbench.Shells
+	Recordings   *workbench.Recordings
 	Events       *events.Recorder
 	// Bus carries events and hints between the instances on the database;
 	// App.Close closes it last, and then waits for followers, the
@@ -197,6 +198,8 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		}})
 	shells := workbench.NewShells(workbench.ShellsOptions{DB: store, Runtime: runtime, Edits: edits, Terminals: terms,
 		Meter: usage, Instance: instance, Hint: recorder.Hint, Now: now, Log: log})
+	recordings := workbench.NewRecordings(workbench.RecordingsOptions{DB: store, Shells: shells, Objects: objects,
+		MaxBytes: cfg.RecordingMaxBytes, Now: now, Log: log})
 	sessionCfg := cfg.Sessions
 	// The last uid of the block runs Changes' checks (Runtime.CheckUID).
 	sessionCfg.SandboxSlots = cfg.Sandbox.UIDCount - 1
@@ -279,6 +282,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		EditSessions: sessionSvc,
 		Runtime:      runtime,
 		Shells:       shells,
+		Recordings:   recordings,
 		Events:       recorder,
 		Bus:          shared,
 		followers:    followers,
@@ -297,13 +301,13 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		adapter:   handlers.Adapter{Render: render, Log: log},
 		cookies:   auth.Cookies{AlwaysSecure: cfg.SecureCookies},
 		health:    &handlers.Health{Ping: store.Ping},
-		projects:  &handlers.Projects{Render: render, Projects: projectSvc, Meter: usage},
+		projects:  &handlers.Projects{Render: render, Projects: projectSvc, Meter: usage, Recordings: recordings},
 		users:     &handlers.Users{Render: render, Auth: authSvc, People: people, Store: store, Secure: cfg.SecureCookies},
 		account:   &handlers.Account{Render: render, People: people},
 		code: &handlers.Code{Render: render, Projects: projectSvc, Code: codeSvc,
 			MaxImportBytes: cfg.MaxImportBytes, UploadDir: cfg.UploadDir(), Meter: usage, Log: log},
 		edit: &handlers.EditSessions{Render: render, Projects: projectSvc, Sessions: sessionSvc,
-			Runtime: runtime, Shells: shells, Idle: cfg.Sessions.Idle, Now: now, CommandHint: commandHint(box), Forward: forward,
+			Runtime: runtime, Shells: shells, Recordings: recordings, Idle: cfg.Sessions.Idle, Now: now, CommandHint: commandHint(box), Forward: forward,
 			Heartbeat: terms.Config().Heartbeat},
 		admin: &handlers.Dashboard{Render: render, Meter: usage, Sessions: sessionSvc, Runtime: runtime,
 			Shells: shells, Events: recorder, Store: store,

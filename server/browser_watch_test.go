@@ -59,6 +59,20 @@ func TestBrowserWatchASharedTerminal(t *testing.T) {
 	watched("what the terminal showed before", "shared-42")
 	p.typeKeys("echo more-$((7*7))\r")
 	watched("what comes after", "more-49")
+
+	// The owner records the terminal: both pages say so.
+	if err := do(ctx,
+		chromedp.Click(css(`#record-terminal`)),
+		shows(`.terminal-tab .rec-mark`),
+		showsText(`#record-terminal`, "Stop recording"),
+	); err != nil {
+		t.Fatalf("recording: %v; the page has %s", err, pageState(ctx))
+	}
+	if err := do(bob, shows(`#watch-rec`)); err != nil {
+		t.Fatalf("bob's page does not say the terminal is recorded: %v; it has %s", err, pageState(bob))
+	}
+	p.typeKeys("echo recorded-$((9*9))\r")
+	p.waitScreen("the recorded output", "recorded-81")
 	// Keys typed on bob's page go nowhere: the owner's terminal, which
 	// goes on, never shows them.
 	if _, err := chromedp.Run(bob, chromedp.Evaluate[bool](`(() => {
@@ -87,4 +101,17 @@ func TestBrowserWatchASharedTerminal(t *testing.T) {
 	if err := do(bob, showsText(`#watch-status`, "You can no longer watch this terminal")); err != nil {
 		t.Fatalf("bob was not told: %v; the page has %s", err, pageState(bob))
 	}
+
+	// Stopped, the recording is listed and plays on its own page.
+	if err := do(ctx,
+		chromedp.Click(css(`#record-terminal`)),
+		showsText(`#record-terminal`, "Record"),
+		showsText(`#session-recordings`, "Play"),
+		chromedp.Click(css(`#session-recordings li a:not([download])`)),
+		untilPage(`(document.querySelector("#player")?.shadowRoot?.querySelector(".xterm-rows")?.innerText ?? "").includes("recorded-81")`),
+		showsText(`#player-time`, "The end"),
+	); err != nil {
+		t.Fatalf("playing the recording: %v; the page has %s", err, pageState(ctx))
+	}
+	screenshot(ctx, t, "recording")
 }

@@ -90,6 +90,10 @@ type Config struct {
 	// quarter of the space free at start where they live.
 	SandboxCacheBytes int64
 	SandboxCacheTotal int64
+	// RecordingMaxBytes (ATELIER_RECORDING_MAX_BYTES) bounds each terminal
+	// recording's asciicast file; workbench.DefaultRecordingBytes by
+	// default.
+	RecordingMaxBytes int
 	// SandboxCaptureBudget (ATELIER_SANDBOX_CAPTURE_MS) is how long the
 	// capture after a command looks at its checkout.
 	SandboxCaptureBudget time.Duration
@@ -262,6 +266,14 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			return cfg, fmt.Errorf("config: ATELIER_SANDBOX_DISK_BYTES must be a number of bytes (at least %d, or 0 for no bound), got %q", sandbox.MinDiskBytes, v)
 		}
 		cfg.SandboxDiskBytes = n
+	}
+	cfg.RecordingMaxBytes = workbench.DefaultRecordingBytes
+	if v := getenv("ATELIER_RECORDING_MAX_BYTES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < terminal.MinRecordingBytes {
+			return cfg, fmt.Errorf("config: ATELIER_RECORDING_MAX_BYTES must be a number of bytes, at least %d, got %q", terminal.MinRecordingBytes, v)
+		}
+		cfg.RecordingMaxBytes = n
 	}
 	cfg.SandboxCacheBytes = sandbox.DefaultCacheBytes
 	if v := getenv("ATELIER_SANDBOX_CACHE_BYTES"); v != "" {

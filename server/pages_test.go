@@ -173,6 +173,7 @@ func TestPageRoutes(t *testing.T) {
 	// The owner's shell in each project that runs them, shared with molly
 	// to watch.
 	watchOf := map[int64]string{}
+	sharedRecordingOf, privateRecordingOf := map[int64]string{}, map[int64]string{}
 	for _, p := range projects {
 		if p.id == archived {
 			continue
@@ -187,6 +188,22 @@ func TestPageRoutes(t *testing.T) {
 			t.Fatalf("%s: share: %d %s", p.kind, res.StatusCode, readBody(res))
 		}
 		watchOf[p.id] = shared
+		// Two recordings of it: the first shared with the project.
+		var made []recordingJSON
+		for range 2 {
+			if res := owner.c.post(shared+"/recording", nil, jsonAccept); res.StatusCode != http.StatusOK {
+				t.Fatalf("%s: record: %d %s", p.kind, res.StatusCode, readBody(res))
+			}
+			made = decode[[]recordingJSON](t, owner.c.del(shared+"/recording", jsonAccept))
+		}
+		if len(made) != 2 {
+			t.Fatalf("%s: recordings %+v", p.kind, made)
+		}
+		rec := "/projects/" + itoa(p.id) + "/recordings/"
+		sharedRecordingOf[p.id], privateRecordingOf[p.id] = rec+itoa(made[1].ID), rec+itoa(made[0].ID)
+		if res := owner.c.post(sharedRecordingOf[p.id]+"/share", url.Values{"shared": {"true"}}, jsonAccept); res.StatusCode != http.StatusNoContent {
+			t.Fatalf("%s: share the recording: %d %s", p.kind, res.StatusCode, readBody(res))
+		}
 	}
 	if res := eve.post("/projects/"+itoa(archived)+"/archive", nil, jsonAccept); res.StatusCode != http.StatusNoContent {
 		t.Fatalf("archive: %d", res.StatusCode)
@@ -283,6 +300,24 @@ func TestPageRoutes(t *testing.T) {
 				{"/admin/terminals", dashboard, false, ""},
 				{"/projects/999999", http.StatusNotFound, true, ""},
 				{"/no-such-page", http.StatusNotFound, true, ""},
+			}
+			if rec := sharedRecordingOf[p.id]; rec != "" {
+				private := http.StatusNotFound
+				if u == p.users[0] {
+					private = http.StatusOK
+				}
+				routes = append(routes, []struct {
+					path string
+					want int
+					html bool
+					tab  string
+				}{
+					{rec, http.StatusOK, true, "Code"},
+					{rec + "/cast", http.StatusOK, false, ""},
+					{privateRecordingOf[p.id], private, true, ""},
+					{privateRecordingOf[p.id] + "/cast", private, false, ""},
+					{u.base + "/recordings", editor(http.StatusOK), true, ""},
+				}...)
 			}
 			if shared := watchOf[p.id]; shared != "" {
 				watch, shares := http.StatusNotFound, http.StatusNotFound

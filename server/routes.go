@@ -118,9 +118,18 @@ func (a *App) routes() http.Handler {
 	session.GET("/terminals/:tid/shares", toHolder, h(a.edit.Shares))
 	session.POST("/terminals/:tid/shares", toHolder, h(a.edit.Share))
 	session.DELETE("/terminals/:tid/shares/:uid", toHolder, h(a.edit.Unshare))
+	session.POST("/terminals/:tid/recording", toHolder, h(a.edit.StartRecording))
+	session.DELETE("/terminals/:tid/recording", toHolder, h(a.edit.StopRecording))
+	session.GET("/recordings", h(a.edit.SessionRecordings))
 	// A person a shell is shared with watches it, read-only.
 	session.GET("/terminals/:tid/watch", h(a.edit.Watch))
 	session.GET("/terminals/:tid/watch/stream", h(a.edit.ToWatchHolder), h(handlers.HoldStream(a.openStreams)), h(a.edit.WatchStream))
+	// Recordings outlive their sessions: the owner's, and those shared
+	// with the project.
+	in.GET("/projects/:id/recordings/:rid", h(a.edit.Recording))
+	in.GET("/projects/:id/recordings/:rid/cast", h(a.edit.RecordingCast))
+	in.POST("/projects/:id/recordings/:rid/share", h(a.edit.ShareRecording))
+	in.DELETE("/projects/:id/recordings/:rid", h(a.edit.DeleteRecording))
 	session.POST("/submit", h(a.changes.Submit))
 	session.POST("/rebase", h(a.changes.Rebase))
 	in.GET("/projects/:id/changes", h(a.changes.List))

@@ -184,13 +184,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (e
 
 // Close ends what the App runs for people, for a server that stops once it
 // serves no request any more: the shells (Shells.Wait: their time settled,
-// their changes captured), then every process, checkout and disk of the
+// their changes captured; Recordings.Wait: their recordings stored), then every process, checkout and disk of the
 // sessions (Runtime.Close), then the sandbox's cgroups, then the bus. The
 // sessions stay open in the database, which must still be there, with
 // their edits.
 func (a *App) Close(ctx context.Context) error {
 	err := a.Terminals.Close()
 	a.Shells.Wait()
+	a.Recordings.Wait() // the terminals' recordings ended with them
 	err = errors.Join(err, a.Runtime.Close(ctx), a.Sandbox.Close())
 	// The sessions it held are free for other instances once nothing of
 	// them runs here; the bus goes last, once nothing here publishes.

@@ -26,6 +26,7 @@ type shareJSON struct {
 // decoded output, ended closes when the server ends the stream.
 type watchStream struct {
 	seen  chan string // each time the output grows, all of it
+	recs  chan string // each rec event's data: on or off
 	ended chan struct{}
 	stop  context.CancelFunc
 }
@@ -43,7 +44,7 @@ func (c *client) watch(t *testing.T, path string) *watchStream {
 		cancel()
 		t.Fatalf("watch stream: %d %s", res.StatusCode, readBody(res))
 	}
-	w := &watchStream{seen: make(chan string, 1000), ended: make(chan struct{}), stop: cancel}
+	w := &watchStream{seen: make(chan string, 1000), recs: make(chan string, 100), ended: make(chan struct{}), stop: cancel}
 	go func() {
 		defer close(w.ended)
 		defer res.Body.Close()
@@ -62,11 +63,26 @@ func (c *client) watch(t *testing.T, path string) *watchStream {
 				case w.seen <- out.String():
 				default:
 				}
+			case strings.HasPrefix(line, "data: ") && event == "rec":
+				w.recs <- strings.TrimPrefix(line, "data: ")
 			}
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-w.ended })
 	return w
+}
+
+// hearsRec waits for the stream's next rec event and checks it says want.
+func (w *watchStream) hearsRec(t *testing.T, want string) {
+	t.Helper()
+	select {
+	case got := <-w.recs:
+		if got != want {
+			t.Fatalf("rec %q, want %q", got, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no rec %s came", want)
+	}
 }
 
 // sees waits until the stream's output holds want.

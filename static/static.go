@@ -8,5 +8,5 @@ import "embed"
 //
 //go:embed app.css app.js change.js code.js icons.svg import.js session.js terminal.js vendor
 //go:embed tree.js explorer.js favicon.ico
-//go:embed search.js watch.js
+//go:embed search.js watch.js player.js
 var FS embed.FS

@@ -87,6 +87,7 @@
     const panesEl = $("terminal-panes");
     const newBtn = $("new-terminal");
     const shareBtn = $("share-terminal");
+    const recordBtn = $("record-terminal");
     const sharesBox = $("terminal-shares-box");
     const errorEl = $("terminal-error");
     const hintEl = $("terminal-hint");
@@ -289,7 +290,15 @@
         this.statusClock.className = "terminal-silence";
         this.statusClock.setAttribute("aria-hidden", "true");
         this.statusEl.append(this.statusText, this.statusClock);
-        this.el.append(this.selectBtn, this.statusEl, this.closeBtn);
+        // REC: the terminal is being recorded (its stream's rec events).
+        this.recording = false;
+        this.recEl = document.createElement("span");
+        this.recEl.className = "rec-mark";
+        this.recEl.textContent = "REC";
+        this.recEl.title = "This terminal is being recorded";
+        this.recEl.setAttribute("role", "status");
+        this.recEl.hidden = true;
+        this.el.append(this.selectBtn, this.recEl, this.statusEl, this.closeBtn);
 
         this.pane = document.createElement("div");
         this.pane.className = "terminal-pane";
@@ -319,6 +328,16 @@
         this.closeBtn.addEventListener("click", () => { closeTab(this); });
       }
 
+      // setRecording shows whether the terminal is being recorded; a
+      // recording that ended is in the list below the panes.
+      setRecording(on) {
+        const was = this.recording;
+        this.recording = on;
+        this.recEl.hidden = !on;
+        if (active === this) showTabButtons(this);
+        if (was && !on) refreshRecordings();
+      }
+
       // mount shows the tab and builds its xterm. The pane is made visible
       // first, so xterm can measure its cells.
       mount() {
@@ -345,7 +364,7 @@
       // offset from.
       attach(id, nextSeq, from) {
         this.id = id;
-        if (active === this && shareBtn) shareBtn.hidden = false;
+        if (active === this) showTabButtons(this);
         this.seq = Math.max(1, Number(nextSeq) || 1);
         this.pane.dataset.terminal = id;
         this.el.dataset.terminal = id;
@@ -559,6 +578,11 @@
             this.write(bytes);
           }
         });
+        es.addEventListener("rec", (e) => {
+          if (es !== this.source) return;
+          this.heard();
+          this.setRecording(e.data === "on");
+        });
         es.addEventListener("gap", (e) => {
           if (es !== this.source) return;
           this.heard();
@@ -657,6 +681,8 @@
         this.pendingBytes = 0;
         this.inflight = null;
         this.keepTyping();
+        if (this.recording) this.setRecording(false); // it ended with the shell
+        else if (active === this) showTabButtons(this);
         if (message) this.note("[" + message.replace(/\.$/, "") + "]");
         const term = this.terminal;
         if (term) {
@@ -842,7 +868,7 @@
       if (active !== tab) closeShares();
       active = tab;
       if (hintEl) hintEl.hidden = tabs.length > 0;
-      if (shareBtn) shareBtn.hidden = !(tab && tab.id);
+      showTabButtons(tab);
       for (const t of tabs) {
         const on = t === tab;
         t.pane.hidden = !on;
@@ -854,6 +880,50 @@
       if (tab && tab.view) {
         tab.fit();
         if (focus) tab.terminal.focus();
+      }
+    }
+
+    // showTabButtons shows the buttons that act on the active terminal,
+    // once it runs.
+    function showTabButtons(tab) {
+      const running = !!(tab && tab.id && !tab.ended);
+      if (shareBtn) shareBtn.hidden = !running;
+      if (recordBtn) {
+        recordBtn.hidden = !running;
+        const on = running && tab.recording;
+        recordBtn.textContent = on ? "Stop recording" : "Record";
+        recordBtn.setAttribute("aria-pressed", on ? "true" : "false");
+      }
+    }
+
+    // ---- recording the active terminal ----------------------------------
+
+    function refreshRecordings() {
+      if (window.htmx && typeof window.htmx.trigger === "function") window.htmx.trigger(document.body, "recordings");
+      else document.body.dispatchEvent(new CustomEvent("recordings", { bubbles: true }));
+    }
+
+    // toggleRecording starts or stops recording the active terminal; the
+    // stream's rec event then shows it on every page that shows it.
+    async function toggleRecording() {
+      const tab = active;
+      if (!tab || !tab.id || !recordBtn) return;
+      recordBtn.disabled = true;
+      // The stream's rec event may come before the answer does.
+      const start = !tab.recording;
+      try {
+        const res = await call(start ? "POST" : "DELETE", terminalURL(tab.id, "recording"), null, null, INPUT_TIMEOUT);
+        if (!res.ok) {
+          showError(await problemText(res));
+          return;
+        }
+        showError("");
+        tab.setRecording(start);
+        refreshRecordings();
+      } catch (_) {
+        showError("The server could not be reached to record the terminal; try again.");
+      } finally {
+        recordBtn.disabled = false;
       }
     }
 
@@ -1069,6 +1139,7 @@
 
     if (newBtn) newBtn.addEventListener("click", () => { newTerminal(); });
     if (shareBtn) shareBtn.addEventListener("click", () => { toggleShares(); });
+    if (recordBtn) recordBtn.addEventListener("click", () => { toggleRecording(); });
 
     // Leaving the page with typing not yet sent asks first; a reload keeps
     // it (restoreTyping), a tab closed or gone elsewhere does not.

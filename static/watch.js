@@ -5,8 +5,9 @@
 // The page provides:
 //   <p id="watch-status" role="status">
 //   <div id="watch-pane" data-stream="…/watch/stream" data-heartbeat="ms">
+//   <span id="watch-rec" hidden>: shown while the terminal is recorded
 // The stream is the owner's terminal stream: out (base64 bytes; id =
-// offset after them), gap, resync, exit and beat. The browser resumes it
+// offset after them), gap, resync, exit, beat and rec (on or off). The browser resumes it
 // at Last-Event-ID by itself; a refused stream (the share revoked, the
 // terminal closed) ends the watch.
 (function () {
@@ -65,6 +66,11 @@
       lastHeard = Date.now();
       es.addEventListener("open", () => setStatus("Watching live. You cannot type here."));
       es.addEventListener("beat", heard);
+      es.addEventListener("rec", (e) => {
+        heard(e);
+        const rec = document.getElementById("watch-rec");
+        if (rec) rec.hidden = e.data !== "on";
+      });
       es.addEventListener("out", (e) => {
         heard(e);
         try {

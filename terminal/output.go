@@ -30,6 +30,7 @@ type Output struct {
 	paused  bool   // a paced writer waits on drained
 	unpaced bool   // a paced writer waits no more (its terminal closes)
 	ended   bool   // no byte comes any more; exit is the exit event's data
+	rec     bool   // the terminal is being recorded: viewers say so
 	exit    []byte // JSON
 }
 
@@ -71,6 +72,14 @@ func (o *Output) End(exit any) {
 		return
 	}
 	o.ended, o.exit = true, data
+	o.wakeViewers()
+}
+
+// setRecording tells the viewers whether the terminal is being recorded.
+func (o *Output) setRecording(on bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.rec = on
 	o.wakeViewers()
 }
 

@@ -14,6 +14,7 @@ import (
 // viewer is one attached output stream.
 type viewer struct {
 	off  uint64 // the next offset to send; it moves once bytes are in an event
+	rec  bool   // the last rec event it sent said on
 	flow bool   // its writes have a deadline, so it may hold the reader back
 	// waiting says the viewer has sent everything and waits on wake, which
 	// has room for one wake-up (Output.wakeViewers). Both under o.mu.
@@ -38,6 +39,11 @@ func (t *Terminal) ServeStream(w http.ResponseWriter, r *http.Request) error {
 //	event: resync  id: offset it had reached     data: resync
 //	event: exit    id: final offset              data: End's JSON, e.g. {"code":3,"signal":""}
 //	event: beat    id: offset reached            data: Config.Heartbeat in milliseconds
+//	event: rec     id: offset reached            data: on, or off
+//
+// rec comes when the terminal starts being recorded (at once for a viewer
+// that attaches while it is) and when the recording ends, so that every
+// page that shows the terminal can say so.
 //
 // beat comes when the stream has been idle for Config.Heartbeat: a page
 // that hears nothing for two of them knows its connection is dead, even
@@ -113,6 +119,14 @@ func (o *Output) ServeStream(w http.ResponseWriter, r *http.Request) error {
 	}
 	for {
 		o.mu.Lock()
+		if v.rec != o.rec {
+			v.rec = o.rec
+			o.mu.Unlock()
+			if s.event("rec", v.off, recState(v.rec)) != nil {
+				return nil
+			}
+			continue
+		}
 		switch start := o.ring.start(); {
 		case v.off < start:
 			// Bytes this viewer still needed were overwritten while it was
@@ -160,6 +174,13 @@ func (o *Output) ServeStream(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 	}
+}
+
+func recState(on bool) []byte {
+	if on {
+		return []byte("on")
+	}
+	return []byte("off")
 }
 
 // flushBytes is how much of a viewer's events are gathered before they

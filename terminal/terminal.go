@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"atelier/fault"
@@ -116,7 +117,8 @@ type Terminal struct {
 	mgr     *Manager
 	slot    *Slot
 
-	out *Output // the PTY's output, paced by its viewers
+	out *Output                   // the PTY's output, paced by its viewers
+	rec atomic.Pointer[Recording] // the recording under way, if any
 
 	mu      sync.Mutex
 	closing bool // Close was called
@@ -277,6 +279,7 @@ func (t *Terminal) Resize(cols, rows int) error {
 		return err
 	}
 	t.cols, t.rows = cols, rows
+	t.recorded(func(r *Recording, now time.Time) bool { return r.resize(cols, rows, now) })
 	return nil
 }
 
@@ -326,6 +329,9 @@ func (t *Terminal) read() {
 		n, err := t.stream.Read(buf)
 		if n > 0 {
 			t.out.writePaced(buf[:n])
+			if t.rec.Load() != nil {
+				t.recorded(func(r *Recording, now time.Time) bool { return r.output(buf[:n], now) })
+			}
 		}
 		if err != nil {
 			// EIO: every slave descriptor is closed. A deadline or a closed
@@ -355,7 +361,8 @@ func (t *Terminal) wait() {
 	t.ended = true
 	t.stream.Close() // unblocks a writer stuck on a full PTY
 	t.mu.Unlock()
-	t.out.End(e) // viewers send the exit event once they have the rest
+	t.StopRecording() // the shell's last output is in it; none is an answer too
+	t.out.End(e)      // viewers send the exit event once they have the rest
 	<-t.writerDone
 	t.mu.Lock()
 	closing := t.closing

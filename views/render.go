@@ -119,6 +119,8 @@ var funcs = template.FuncMap{
 	"when": when,
 	// took writes a duration in milliseconds as people read it.
 	"took": took,
+	// lasted is how long from from to to took, as took writes it.
+	"lasted": func(from, to time.Time) string { return took(to.Sub(from).Milliseconds()) },
 	"deref": func(s *string) string {
 		if s == nil {
 			return ""

@@ -1,0 +1,2 @@
+DROP TABLE terminal_recordings;
+DROP FUNCTION terminal_recordings_doom_object();
