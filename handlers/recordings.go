@@ -72,16 +72,27 @@ func (h *EditSessions) SessionRecordings(c *gin.Context) error {
 	return h.answerRecordings(c, nil)
 }
 
+// panelProblem is how a panel that a change refreshes answers the change's
+// refusal: within the panel (its status, and the problem it shows) when a
+// page's script or an API client asked; as the error itself, a page or
+// JSON, otherwise and for a failure of the server's.
+func panelProblem(c *gin.Context, changeErr error) (int, *views.Problem, error) {
+	if changeErr == nil {
+		return http.StatusOK, nil, nil
+	}
+	prob := ProblemOf(changeErr)
+	if prob.Status >= 500 || !views.IsHTMX(c.Request) && !views.WantsJSON(c.Request) {
+		return 0, nil, changeErr
+	}
+	return prob.Status, prob, nil
+}
+
 // answerRecordings answers with the session's recordings, the refusal of
 // a change to them.
 func (h *EditSessions) answerRecordings(c *gin.Context, changeErr error) error {
-	status := http.StatusOK
-	var prob *views.Problem
-	if changeErr != nil {
-		if prob = ProblemOf(changeErr); prob.Status >= 500 || !views.IsHTMX(c.Request) && !views.WantsJSON(c.Request) {
-			return changeErr
-		}
-		status = prob.Status
+	status, prob, err := panelProblem(c, changeErr)
+	if err != nil {
+		return err
 	}
 	sess, err := h.session(c, false)
 	if err != nil {

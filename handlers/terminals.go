@@ -218,13 +218,9 @@ func (h *EditSessions) Unshare(c *gin.Context) error {
 
 // answerShares answers with the shares panel, the refusal of a change in it.
 func (h *EditSessions) answerShares(c *gin.Context, changeErr error) error {
-	status := http.StatusOK
-	var prob *views.Problem
-	if changeErr != nil {
-		if prob = ProblemOf(changeErr); prob.Status >= 500 || !views.IsHTMX(c.Request) && !views.WantsJSON(c.Request) {
-			return changeErr
-		}
-		status = prob.Status
+	status, prob, err := panelProblem(c, changeErr)
+	if err != nil {
+		return err
 	}
 	sess, err := h.shellSession(c, false)
 	if err != nil {

@@ -116,12 +116,18 @@ func (s *Store) EndTerminal(ctx context.Context, id, state string, at time.Time)
 
 // LoseStaleTerminals marks lost every live lease whose holder stopped
 // heartbeating before staleBefore: shells do not survive the process that
-// ran them, and a lease nobody renews belongs to no running shell.
+// ran them, and a lease nobody renews belongs to no running shell. Their
+// recordings under way, which lived in that process's memory, failed.
 func (s *Store) LoseStaleTerminals(ctx context.Context, staleBefore, at time.Time) (int64, error) {
-	res := s.db.WithContext(ctx).Model(&Terminal{}).Where("state = ? AND heartbeat_at < ?", TerminalLive, staleBefore).
-		UpdateColumns(map[string]any{"state": TerminalLost, "closed_at": at})
-	if res.Error != nil {
-		return 0, fmt.Errorf("models: lose old terminals: %w", res.Error)
+	var lost int64
+	err := s.db.WithContext(ctx).Raw(`WITH lost AS (
+			UPDATE terminals SET state = ?, closed_at = ? WHERE state = ? AND heartbeat_at < ? RETURNING id),
+		failed AS (
+			UPDATE terminal_recordings SET state = ?, ended_at = ? WHERE state = ? AND terminal_id IN (SELECT id FROM lost))
+		SELECT count(*) FROM lost`,
+		TerminalLost, at, TerminalLive, staleBefore, RecordingFailed, at, RecordingRunning).Scan(&lost).Error
+	if err != nil {
+		return 0, fmt.Errorf("models: lose old terminals: %w", translate(err))
 	}
-	return res.RowsAffected, nil
+	return lost, nil
 }

@@ -288,10 +288,18 @@ func TestTerminalLifetime(t *testing.T) {
 	if claimed, err := h.store.ClaimTerminal(ctx, crashed, 100, time.Time{}); err != nil || !claimed {
 		t.Fatalf("the crashed process's lease: claimed %v, %v", claimed, err)
 	}
+	// It was being recorded, in the memory of the process that died.
+	rec := &models.TerminalRecording{ProjectID: id, UserID: 1, SessionID: s.ID, TerminalID: crashed.ID, StartedAt: h.clock.Now()}
+	if err := h.store.StartRecording(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
 	h.clock.Advance(time.Minute)
 	restarted.Shells.Heartbeat(ctx)
 	if lease, _ := h.store.TerminalByID(ctx, crashed.ID); lease.State != "lost" {
 		t.Fatalf("the crashed process's lease is %q, want lost", lease.State)
+	}
+	if got, err := h.store.Recording(ctx, id, rec.ID); err != nil || got.State != models.RecordingFailed || got.EndedAt == nil {
+		t.Fatalf("the lost terminal's recording: %+v, %v; want failed", got, err)
 	}
 }
 

@@ -175,20 +175,6 @@ func (t *Terminal) Record(limit int, title string) (*Recording, error) {
 	return r, nil
 }
 
-// Recording is the recording under way; nil when there is none.
-func (t *Terminal) Recording() *Recording {
-	r := t.rec.Load()
-	if r == nil {
-		return nil
-	}
-	select {
-	case <-r.Done():
-		return nil
-	default:
-		return r
-	}
-}
-
 // StopRecording ends the recording under way and returns it.
 // ErrNotRecording: there is none.
 func (t *Terminal) StopRecording() (*Recording, error) {

@@ -148,7 +148,7 @@ func TestRecordingStopsAtItsBound(t *testing.T) {
 	}
 	for e := s.next(5 * time.Second); e.name != "rec" || e.data != "off"; e = s.next(5 * time.Second) {
 	}
-	if term.Recording() != nil {
+	if term.rec.Load() != nil {
 		t.Fatal("a full recording is still under way")
 	}
 	if _, err := term.Record(MinRecordingBytes, ""); err != nil {

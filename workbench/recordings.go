@@ -129,12 +129,6 @@ func (r *Recordings) Stop(ctx context.Context, session Session, tid string) erro
 	return nil
 }
 
-// Recording reports whether the session's shell tid is being recorded.
-func (r *Recordings) Recording(session Session, tid string) bool {
-	t, err := r.shells.Shell(session, tid)
-	return err == nil && t.Recording() != nil
-}
-
 // save stores a recording once it has ended, and records how it ended.
 func (r *Recordings) save(rec *terminal.Recording, tid string, s *saving) {
 	defer r.saves.Done()
