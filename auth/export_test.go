@@ -17,6 +17,10 @@ func (s *Service) HoldHashSlot() (release func()) {
 	return s.hashing.release
 }
 
+// OnHashSlot tells f whose queue each hashing slot goes to, in order; call
+// it before any sign-in.
+func (s *Service) OnHashSlot(f func(key string)) { s.hashing.granted = f }
+
 // HashesWaiting is how many callers wait for a hashing slot.
 func (s *Service) HashesWaiting() int {
 	g := s.hashing

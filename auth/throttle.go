@@ -357,6 +357,9 @@ type hashGate struct {
 
 	running atomic.Int64
 	peak    atomic.Int64 // the most ever running at once, for tests
+	// granted, when a test sets it before any sign-in, is told whose
+	// queue each slot went to, in the order they went.
+	granted func(key string)
 }
 
 // hashWaiter is one caller waiting for a slot; ready is closed when a slot
@@ -374,6 +377,9 @@ func (g *hashGate) run(ctx context.Context, key string, fn func()) error {
 		return err
 	}
 	defer g.release()
+	if g.granted != nil {
+		g.granted(key)
+	}
 	n := g.running.Add(1)
 	defer g.running.Add(-1)
 	for p := g.peak.Load(); n > p && !g.peak.CompareAndSwap(p, n); p = g.peak.Load() {

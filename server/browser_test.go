@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,9 +42,10 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// chromiumOptions are the flags of every Chromium the tests start.
-func chromiumOptions(t *testing.T) []chromedp.ExecAllocatorOption {
-	return append(chromedp.DefaultExecAllocatorOptions[:],
+// browser starts a headless Chromium for the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium(t)),
 		chromedp.NoSandbox, // root in CI
 		chromedp.DisableGPU,
@@ -53,63 +53,8 @@ func chromiumOptions(t *testing.T) []chromedp.ExecAllocatorOption {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
 	)
-}
-
-// sharedChromium is the one Chromium of the test binary, started by the
-// first test that needs a browser and stopped by TestMain: starting one
-// costs a few seconds of CPU, and the tests open dozens of pages.
-var sharedChromium struct {
-	once sync.Once
-	ctx  context.Context // the browser's; each test opens a tab in it
-	stop func()
-	dir  string
-	err  error
-}
-
-// stopSharedChromium ends the test binary's Chromium, if one started.
-func stopSharedChromium() {
-	if sharedChromium.stop != nil {
-		sharedChromium.stop()
-		os.RemoveAll(sharedChromium.dir)
-	}
-}
-
-// browser opens a tab for the test in a browser context of its own (its
-// own cookies and storage, as a fresh browser has) in the test binary's
-// Chromium, and closes both when the test ends.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	c := &sharedChromium
-	c.once.Do(func() {
-		if c.dir, c.err = os.MkdirTemp("", "atelier-chromium-"); c.err != nil {
-			return
-		}
-		opts := append(chromiumOptions(t), chromedp.UserDataDir(c.dir))
-		alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-		ctx, cancelCtx := chromedp.NewContext(alloc)
-		c.ctx, c.stop = ctx, func() { cancelCtx(); cancelAlloc() }
-		// The first action starts the browser and ties it to this
-		// long-lived context, not to a test's.
-		c.err = chromedp.Do(ctx)
-	})
-	if c.err != nil {
-		t.Fatalf("starting chromium: %v", c.err)
-	}
-	ctx, cancel := chromedp.NewContext(c.ctx, chromedp.WithNewBrowserContext())
-	t.Cleanup(cancel)
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("opening a tab: %v", err)
-	}
-	return ctx
-}
-
-// browserOfItsOwn starts a Chromium for the test alone, for a second
-// person whose page must stay live beside the first: a second tab of the
-// shared Chromium stops answering while the first page has the focus.
-func browserOfItsOwn(t *testing.T) context.Context {
-	t.Helper()
-	opts := append(chromiumOptions(t), chromedp.UserDataDir(t.TempDir()))
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(alloc)
 	t.Cleanup(func() { cancelCtx(); cancelAlloc() })

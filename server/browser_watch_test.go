@@ -41,8 +41,9 @@ func TestBrowserWatchASharedTerminal(t *testing.T) {
 		t.Fatalf("the watch address %q: %v", watchURL, err)
 	}
 
-	// bob, in a browser of his own.
-	bob := browserOfItsOwn(t)
+	// bob, in a browser of his own. (A second context of the owner's
+	// browser stops answering while the owner's page has the focus.)
+	bob := browser(t)
 	if err := do(bob,
 		signIn(h, "bob", "password-bob"),
 		chromedp.Navigate(h.srv.URL+watchURL),

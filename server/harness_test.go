@@ -55,7 +55,6 @@ func runTests(m *testing.M) int {
 			return 1
 		}
 	}
-	defer stopSharedChromium()
 	return pgtest.Run(m)
 }
 
