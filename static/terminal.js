@@ -666,7 +666,17 @@
         const delay = this.retryDelay;
         this.retryDelay = Math.min(this.retryDelay * 2, 10000);
         clearTimeout(this.retryTimer);
-        this.retryTimer = setTimeout(() => this.connect(), delay);
+        this.retryTimer = setTimeout(() => { if (!this.source) this.connect(); }, delay);
+      }
+
+      // reconnectNow reopens a stream that waits out its retry: the server
+      // has just answered, so the connection is back, and what the person
+      // typed should show now, not after the backoff.
+      reconnectNow() {
+        if (this.source || this.ended || this.closed || !this.id) return;
+        clearTimeout(this.retryTimer);
+        this.retryDelay = 500;
+        this.connect();
       }
 
       // end marks the terminal as over: no more streaming, input or sizing.
@@ -769,6 +779,7 @@
               this.seq = seq + 1;
               this.inflight = null;
               this.keepTyping();
+              this.reconnectNow();
               return;
             }
             if (res && gone(res.status)) {
@@ -1153,10 +1164,7 @@
     window.addEventListener("online", () => {
       for (const t of tabs) {
         if (t.ended || t.closed || !t.id) continue;
-        if (!t.source) {
-          clearTimeout(t.retryTimer);
-          t.connect();
-        }
+        t.reconnectNow();
         t.renderStatus();
         t.scheduleSend();
       }
