@@ -111,7 +111,9 @@ func TestRequestsReachTheSessionsHolder(t *testing.T) {
 		out, _ := viaA.run(base, "sleep 60; echo never", "")
 		answer <- out
 	}()
-	wait.For(t, wait.Long, "the long command to run on a", func() bool { return a.app.Runtime.CommandsHeld() == 1 })
+	// Running, not only holding its slot: a command still setting up its
+	// sandbox has nothing to cancel yet.
+	wait.For(t, wait.Long, "the long command to run on a", func() bool { return len(a.app.Runtime.RunningCommands()) == 1 })
 	cancelled := time.Now()
 	if res := viaB.post(base+"/commands/cancel", nil, jsonAccept); res.StatusCode != http.StatusOK {
 		t.Fatalf("cancel through b: %d %s", res.StatusCode, readBody(res))
@@ -225,7 +227,9 @@ func TestAnInstanceDeclaredGoneLetsItsSessionsGo(t *testing.T) {
 		_, res := viaA.run(base, "sleep 2; echo late > late.txt", "")
 		answer <- res
 	}()
-	wait.For(t, wait.Long, "the long command to run on a", func() bool { return a.app.Runtime.CommandsHeld() == 1 })
+	// Running, not only holding its slot: a command still setting up its
+	// sandbox has nothing to cancel yet.
+	wait.For(t, wait.Long, "the long command to run on a", func() bool { return len(a.app.Runtime.RunningCommands()) == 1 })
 
 	// What another instance's beat does to one whose heartbeat is late.
 	ctx := t.Context()
