@@ -2,6 +2,7 @@ package models
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -31,11 +32,35 @@ type TerminalRecording struct {
 	Owner      string     `json:"owner" gorm:"->"` // the owner's username, when a query joins it
 }
 
+// ErrTooManyRecordings: the person keeps as many recordings as they may.
+var ErrTooManyRecordings = errors.New("models: too many recordings")
+
 // StartRecording records that rec's terminal is being recorded and sets
-// rec.ID. ErrConflict: that terminal is being recorded already.
-func (s *Store) StartRecording(ctx context.Context, rec *TerminalRecording) error {
+// rec.ID, unless its owner already keeps max recordings
+// (ErrTooManyRecordings); the owner's row stays locked until it is written,
+// so two starts at once cannot both take the last place. ErrConflict: that
+// terminal is being recorded already.
+func (s *Store) StartRecording(ctx context.Context, rec *TerminalRecording, max int) error {
 	rec.State = RecordingRunning
-	if err := s.db.WithContext(ctx).Create(rec).Error; err != nil {
+	err := s.Tx(ctx, func(tx *Store) error {
+		db := tx.db.WithContext(ctx)
+		var locked []int64
+		if err := db.Raw(`SELECT id FROM users WHERE id = ? FOR NO KEY UPDATE`, rec.UserID).Scan(&locked).Error; err != nil {
+			return err
+		}
+		if len(locked) == 0 {
+			return ErrNotFound
+		}
+		var n int
+		if err := db.Raw(`SELECT count(*) FROM terminal_recordings WHERE user_id = ?`, rec.UserID).Scan(&n).Error; err != nil {
+			return err
+		}
+		if n >= max {
+			return ErrTooManyRecordings
+		}
+		return db.Create(rec).Error
+	})
+	if err != nil {
 		return fmt.Errorf("models: start recording terminal %s: %w", rec.TerminalID, translate(err))
 	}
 	return nil

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"atelier/models"
 	"atelier/terminal"
@@ -18,6 +20,7 @@ import (
 // recordingJSON is one recording as the lists give it.
 type recordingJSON struct {
 	ID        int64  `json:"id"`
+	SessionID string `json:"sessionId"`
 	State     string `json:"state"`
 	Bytes     int64  `json:"bytes"`
 	Truncated bool   `json:"truncated"`
@@ -151,6 +154,16 @@ func TestRecordATerminal(t *testing.T) {
 		t.Fatal("bob's project page does not list the shared recording")
 	}
 	expectProblem(t, bob.del("/projects/"+itoa(id)+"/recordings/"+itoa(rec.ID), jsonAccept), http.StatusNotFound, "not_found")
+
+	// The recordings a person keeps are bounded, under their row's lock.
+	ownerRow, err := h.store.UserByName(context.Background(), "owner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := &models.TerminalRecording{ProjectID: id, UserID: ownerRow.ID, SessionID: list[0].SessionID, TerminalID: term.ID, StartedAt: time.Now()}
+	if err := h.store.StartRecording(context.Background(), extra, 1); !errors.Is(err, models.ErrTooManyRecordings) {
+		t.Fatalf("a recording past the bound: %v", err)
+	}
 
 	if res := owner.del("/projects/"+itoa(id)+"/recordings/"+itoa(rec.ID), jsonAccept); res.StatusCode != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", res.StatusCode, readBody(res))

@@ -18,6 +18,7 @@ import (
 	"atelier/models"
 	"atelier/projects"
 	"atelier/testrig/wait"
+	"atelier/workbench"
 )
 
 type termJSON struct {
@@ -290,7 +291,7 @@ func TestTerminalLifetime(t *testing.T) {
 	}
 	// It was being recorded, in the memory of the process that died.
 	rec := &models.TerminalRecording{ProjectID: id, UserID: 1, SessionID: s.ID, TerminalID: crashed.ID, StartedAt: h.clock.Now()}
-	if err := h.store.StartRecording(ctx, rec); err != nil {
+	if err := h.store.StartRecording(ctx, rec, workbench.MaxRecordings); err != nil {
 		t.Fatal(err)
 	}
 	h.clock.Advance(time.Minute)

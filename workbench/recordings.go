@@ -23,6 +23,14 @@ import (
 // hold.
 const DefaultRecordingBytes = 4 << 20
 
+// MaxRecordings bounds the recordings one person keeps, in all projects:
+// each may take ATELIER_RECORDING_MAX_BYTES of the object store.
+const MaxRecordings = 100
+
+// ErrTooManyRecordings: the person keeps MaxRecordings recordings.
+var ErrTooManyRecordings = fault.New(fault.Limit, "too_many_recordings", "workbench: too many recordings kept",
+	"You keep as many terminal recordings as a person may; delete one first.")
+
 // ErrRecordingNotSaved: the recording ended but could not be stored, so
 // there is nothing to play.
 var ErrRecordingNotSaved = fault.New(fault.Conflict, "recording_not_saved", "workbench: the recording is not saved",
@@ -90,9 +98,12 @@ func (r *Recordings) Start(ctx context.Context, session Session, tid string) (*m
 	}
 	row := &models.TerminalRecording{ProjectID: sess.ProjectID, UserID: sess.UserID, SessionID: sess.ID,
 		TerminalID: tid, StartedAt: r.now()}
-	if err := r.db.StartRecording(ctx, row); err != nil {
+	if err := r.db.StartRecording(ctx, row, MaxRecordings); err != nil {
 		t.StopRecording()
-		if errors.Is(err, models.ErrConflict) {
+		switch {
+		case errors.Is(err, models.ErrTooManyRecordings):
+			return nil, ErrTooManyRecordings
+		case errors.Is(err, models.ErrConflict):
 			return nil, terminal.ErrRecording
 		}
 		return nil, err
