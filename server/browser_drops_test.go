@@ -3,17 +3,17 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/fetch"
-	"github.com/chromedp/cdproto/network"
 	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
+	"atelier/testrig/flakynet"
 	"atelier/testrig/wait"
 )
 
@@ -24,13 +24,14 @@ type terminalPage struct {
 	ctx context.Context
 }
 
-// openTerminalPage signs the owner in, opens an edit session of project
-// id from its Code page, and a terminal in it.
-func openTerminalPage(t *testing.T, ctx context.Context, h *harness, id int64) terminalPage {
+// openTerminalPage signs the owner in at the server's address base (its
+// own, or a proxy's), opens an edit session of project id from its Code
+// page, and a terminal in it.
+func openTerminalPage(t *testing.T, ctx context.Context, base string, id int64) terminalPage {
 	t.Helper()
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
-	if err := do(ctx, signIn(h, "owner", "password-owner"),
-		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
+	if err := do(ctx, signInAt(base, "owner", "password-owner"),
+		chromedp.Navigate(base+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
 		chromedp.WaitReady(css(`#terminals[data-started]`)),
 		chromedp.Click(css(`#new-terminal`)),
@@ -102,96 +103,246 @@ func (p terminalPage) waitStatus(what, text string) {
 	})
 }
 
-// flakyNet decides, request by request, what becomes of the page's
-// terminal input and terminal streams: they pass, or are held (a
-// connection open that moves nothing, never answered), or fail as a reset
-// connection does.
-type flakyNet struct {
-	mu     sync.Mutex
-	input  string // "pass", "hold" or "fail"
-	stream string
-	held   int // requests held so far
-}
-
-func (n *flakyNet) set(input, stream string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.input, n.stream = input, stream
-}
-
-func (n *flakyNet) heldCount() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.held
-}
-
-// intercept has the browser ask n about every input request before it is
-// sent and every stream's answer before the page sees it.
-func (n *flakyNet) intercept(t *testing.T, ctx context.Context) {
-	t.Helper()
-	listen, stop := context.WithCancel(ctx)
-	t.Cleanup(stop)
-	err := chromedp.Listen(listen, func(ev any) {
-		e, ok := ev.(*fetch.EventRequestPaused)
-		if !ok {
-			return
+// waitLive waits until the tab says live and nothing more: connected, with
+// no keys waiting.
+func (p terminalPage) waitLive(what string) {
+	p.t.Helper()
+	wait.ForNil(p.t, wait.Long, what, func() error {
+		if s := p.status(); s != "live" {
+			return fmt.Errorf("the status says %q", s)
 		}
-		n.mu.Lock()
-		way := n.input
-		if strings.Contains(e.Request.URL, "/stream") {
-			way = n.stream
-		}
-		if way == "hold" {
-			n.held++
-		}
-		n.mu.Unlock()
-		if way == "hold" {
-			return // never answered
-		}
-		go func() {
-			_ = do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-				var err error
-				switch {
-				case way == "fail":
-					_, err = cdp.Call(ctx, tg, fetch.FailRequest, fetch.FailRequestParams{RequestID: e.RequestID, ErrorReason: network.ErrorReasonConnectionReset})
-				case e.ResponseStatusCode != 0:
-					_, err = cdp.Call(ctx, tg, fetch.ContinueResponse, fetch.ContinueResponseParams{RequestID: e.RequestID})
-				default:
-					_, err = cdp.Call(ctx, tg, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID})
-				}
-				return err
-			}))
-		}()
+		return nil
 	})
+}
+
+// rows is the terminal's screen, row by row, trimmed.
+func (p terminalPage) rows() []string {
+	p.t.Helper()
+	s, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](shownRows))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	rows := strings.Split(s, "\n")
+	for i, r := range rows {
+		rows[i] = strings.TrimSpace(r)
+	}
+	return rows
+}
+
+// recordStatus has the page note every change of the tab's status with
+// its time, so a state that lasts a moment (reconnecting, for a stream
+// that opens again at once) is not missed between two looks.
+func (p terminalPage) recordStatus() {
+	p.t.Helper()
+	const js = `(() => {
+		const el = document.querySelector(".terminal-tab.current .terminal-status");
+		window.statusSeen = [];
+		const note = () => window.statusSeen.push({at: Date.now(), text: el.textContent});
+		note();
+		new MutationObserver(note).observe(el, {subtree: true, childList: true, characterData: true});
+		return true;
+	})()`
+	if _, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](js)); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// firstSaid is when the tab's status first held text at or after since
+// (the zero time if it has not), as recordStatus saw it.
+func (p terminalPage) firstSaid(text string, since time.Time) time.Time {
+	p.t.Helper()
+	at, err := chromedp.Run(p.ctx, chromedp.Evaluate[int64](fmt.Sprintf(
+		`(window.statusSeen.find((e) => e.at >= %d && e.text.includes(%q)) ?? {at: 0}).at`, since.UnixMilli(), text)))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if at == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(at)
+}
+
+// A typist types numbered command lines, 3 keys every 100 ms (30 keys a
+// second, a fast typist's pace), each line's output a number its echo
+// does not show: line n is `echo $((1000+n))`, its output 1000+n.
+type typist struct {
+	term  terminalPage
+	lines []int  // the numbers of the lines begun, in order
+	rest  string // what is left to type of the current line
+	keys  int    // keys typed in all
+}
+
+const (
+	keysPerTick = 3
+	typingTick  = 100 * time.Millisecond
+)
+
+func commandLine(n int) string { return fmt.Sprintf("echo $((1000+%d))\r", n) }
+
+// typeFor types for d, and on to the end of the line it is in.
+func (ty *typist) typeFor(d time.Duration) {
+	end := time.Now().Add(d)
+	next := time.Now()
+	for ty.rest != "" || time.Now().Before(end) {
+		if ty.rest == "" {
+			n := len(ty.lines) + 1
+			ty.lines = append(ty.lines, n)
+			ty.rest = commandLine(n)
+		}
+		k := min(keysPerTick, len(ty.rest))
+		ty.term.typeKeys(ty.rest[:k])
+		ty.rest = ty.rest[k:]
+		ty.keys += k
+		next = next.Add(typingTick)
+		time.Sleep(time.Until(next))
+	}
+}
+
+// outputs is the numbered lines whose outputs the screen shows, in the
+// order it shows them.
+func (ty *typist) outputs() []int {
+	var got []int
+	for _, r := range ty.term.rows() {
+		if n, err := strconv.Atoi(r); err == nil && len(r) == 4 {
+			got = append(got, n-1000)
+		}
+	}
+	return got
+}
+
+// dropFigures is what one drop of the network measured.
+type dropFigures struct {
+	mode      flakynet.Mode
+	typed     int           // keys typed while the network dropped and the second before
+	delivered int           // keys whose lines ran, each time they ran
+	noticed   time.Duration // from the drop to the tab saying reconnecting
+	drop      time.Duration // from the drop to the network's return
+	recovered time.Duration // from the network's return to the last line's output
+	caughtUp  time.Duration // from the drop to the last line's output
+}
+
+// Typing through the network's drops, as a person would meet them, through
+// a proxy between the browser and the server: every connection reset, a
+// partition (connections open, nothing moves, until it heals), and
+// connections stranded for good (their route gone without a word). The
+// typist types on through each drop; the tab says reconnecting within two
+// heartbeats and that keys wait, every key reaches the shell once and in
+// order, and the terminal catches up soon after the network returns, a
+// stranded one within 10 s.
+func TestBrowserTerminalThroughDrops(t *testing.T) {
+	needRoot(t)
+	heartbeat := time.Second
+	h := newHarness(t, func(c *Config) { c.Terminals.Heartbeat = heartbeat })
+	_, id := editable(t, h)
+	flaky := listenFlaky(t, h)
+	ctx := browser(t)
+	// A window tall enough for all of a drop's lines on the screen: at
+	// most 8 lines, an echo and an output row each, and a prompt.
+	if err := do(ctx, chromedp.EmulateViewport(1280, 1800)); err != nil {
+		t.Fatal(err)
+	}
+	term := openTerminalPage(t, ctx, flaky.URL(), id)
+	term.waitLive("the terminal to start")
+	rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](
+		`document.querySelector(".terminal-pane:not([hidden])").shadowRoot.querySelector(".xterm-rows").childElementCount`))
+	if err != nil || rows < 20 {
+		t.Fatalf("the terminal has %d rows (%v), want 20 for a drop's lines", rows, err)
+	}
+	term.recordStatus()
+	ty := &typist{term: term}
+
+	// The page's own bound: two heartbeats and a second of silence, seen
+	// by a watch that looks once a second; and some slack for a busy
+	// machine.
+	noticeWithin := 2*heartbeat + 2*time.Second + 2*time.Second
+	const typing = 3 * time.Second
+	var figures []dropFigures
+	for _, mode := range []flakynet.Mode{flakynet.Reset, flakynet.Hole, flakynet.Strand} {
+		// A clean screen, so each drop's lines are all on it.
+		term.typeKeys(`printf '\e[H\e[2J'` + "\r")
+		wait.ForNil(t, wait.Long, "the screen to clear", func() error {
+			if got := ty.outputs(); len(got) > 0 {
+				return fmt.Errorf("it shows the outputs of lines %v", got)
+			}
+			return nil
+		})
+		first, keys := len(ty.lines), ty.keys
+		ty.typeFor(time.Second)
+		dropped := time.Now()
+		flaky.Set(mode)
+		ty.typeFor(typing)
+		// The drop lasts until the tab has said so, if that takes longer.
+		var noticed time.Time
+		if !wait.Until(wait.Span(noticeWithin-time.Since(dropped)), func() bool {
+			noticed = term.firstSaid("reconnecting", dropped)
+			return !noticed.IsZero()
+		}) {
+			t.Fatalf("%v: the tab did not say reconnecting within %v of the drop; it says %q", mode, noticeWithin, term.status())
+		}
+		if term.firstSaid("keys waiting", dropped).IsZero() {
+			t.Errorf("%v: the tab never said keys were waiting while the network was gone", mode)
+		}
+		returned := time.Now()
+		flaky.Set(flakynet.Pass)
+		last := ty.lines[len(ty.lines)-1]
+		wait.ForNil(t, wait.Long, fmt.Sprintf("%v: the last line's output", mode), func() error {
+			if got := ty.outputs(); !slices.Contains(got, last) {
+				return fmt.Errorf("the screen shows the outputs of lines %v", got)
+			}
+			return nil
+		})
+		shown := time.Now()
+		term.waitLive(fmt.Sprintf("%v: every key sent", mode))
+
+		want := ty.lines[first:]
+		got := ty.outputs()
+		delivered := 0
+		for _, n := range got {
+			delivered += len(commandLine(n))
+		}
+		f := dropFigures{mode: mode, typed: ty.keys - keys, delivered: delivered,
+			noticed: noticed.Sub(dropped), drop: returned.Sub(dropped), recovered: shown.Sub(returned), caughtUp: shown.Sub(dropped)}
+		figures = append(figures, f)
+		if !slices.Equal(got, want) {
+			t.Errorf("%v: the lines that ran, in order: %v; want each of %v once; the screen:\n%s",
+				mode, got, want, strings.Join(term.rows(), "\n"))
+		}
+		// New connections pass all through a strand: the network is back
+		// the moment the old connections go, and so the bound counts from
+		// then.
+		if mode == flakynet.Strand && f.caughtUp > 10*time.Second {
+			t.Errorf("stranded connections: the terminal caught up %v after they were stranded, want within 10 s", f.caughtUp)
+		}
+	}
+	// In the README's words (Terminals).
+	for _, f := range figures {
+		t.Logf("%-6v: %d keys typed, %d delivered; reconnecting shown %.1f s into the drop; network back after %.1f s; last output %.1f s after that (%.1f s after the drop began)",
+			f.mode, f.typed, f.delivered, f.noticed.Seconds(), f.drop.Seconds(), f.recovered.Seconds(), f.caughtUp.Seconds())
+	}
+}
+
+// listenFlaky starts a flaky network in front of the harness's server,
+// passing until told otherwise.
+func listenFlaky(t *testing.T, h *harness) *flakynet.Proxy {
+	t.Helper()
+	p, err := flakynet.Listen(strings.TrimPrefix(h.srv.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	enable := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		_, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{
-			{URLPattern: "*/terminals/*/input", RequestStage: fetch.RequestStageRequest},
-			{URLPattern: "*/terminals/*/stream*", RequestStage: fetch.RequestStageResponse},
-		}})
-		return err
-	})
-	if err := do(ctx, enable); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
 
-// Typing through a network that drops, as a person would meet it: a
-// stream that stays open and moves nothing is found dead within two
-// heartbeats and opened again, with the tab saying so; a keystroke request
-// stranded on a dead connection is given up and sent again, while the tab
-// says keys are waiting; keys typed while every request fails survive
-// a reload (the page asks before it goes), reaching the shell once; and
-// keys typed blind are shown before they go, and can be discarded.
-func TestBrowserTerminalThroughDrops(t *testing.T) {
+// Keys typed with the network gone (every connection reset) survive a
+// reload: the page asks before it goes, and the page after it, once the
+// network returns, sends them; they run once. Keys typed blind are shown,
+// Enter as ⏎, before they go, and Discard drops them.
+func TestBrowserTerminalOfflineReloadAndDiscard(t *testing.T) {
 	needRoot(t)
 	h := newHarness(t, func(c *Config) { c.Terminals.Heartbeat = time.Second })
 	_, id := editable(t, h)
+	flaky := listenFlaky(t, h)
 	ctx := browser(t)
-	net := &flakyNet{input: "pass", stream: "hold"}
-	net.intercept(t, ctx)
 	// The leave-page prompt, answered "leave" when it comes.
 	prompts := make(chan cdppage.DialogType, 4)
 	err := chromedp.Listen(ctx, func(ev any) {
@@ -208,35 +359,23 @@ func TestBrowserTerminalThroughDrops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	term := openTerminalPage(t, ctx, h, id)
+	term := openTerminalPage(t, ctx, flaky.URL(), id)
+	term.waitLive("the terminal to start")
+	address, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
 
-	// The stream's answers never reach the page: a connection open that
-	// moves nothing. Two heartbeats on, the tab says it reconnects.
-	began := time.Now()
-	term.waitStatus("the tab to say the silent stream reconnects", "reconnecting")
-	t.Logf("a silent stream was found dead %v after it opened", time.Since(began).Round(100*time.Millisecond))
-	term.typeKeys("echo hole-$((6*7))\r")
-	net.set("pass", "pass")
-	term.waitScreen("the shell's answer once the stream moves again", "hole-42")
-	term.waitStatus("the tab to say it is live again", "live")
-
-	// The next keystroke request is stranded; the page gives up on it and
-	// sends the keys again on a fresh connection.
-	net.set("hold", "pass")
-	held := net.heldCount()
-	term.typeKeys("echo stranded-$((6*7))\r")
-	wait.For(t, wait.Long, "a keystroke request to be stranded", func() bool { return net.heldCount() > held })
-	term.waitStatus("the tab to say keys wait", "keys waiting")
-	net.set("pass", "pass")
-	term.waitScreen("the stranded keys sent again", "stranded-42")
-
-	// Every keystroke request fails, as with the network gone; the page
-	// keeps the keys, asks before a reload, and the page after it sends
-	// them once the network is back.
-	net.set("fail", "pass")
+	flaky.Set(flakynet.Reset)
 	term.typeKeys("echo reloaded-$((6*7))\r")
 	term.waitStatus("the tab to say keys wait", "keys waiting")
-	if err := do(ctx, chromedp.Reload()); err != nil {
+	// Reloaded with the network still gone: the page asks first, and the
+	// reload fails as any page would.
+	reload := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, cdppage.Reload, cdppage.ReloadParams{})
+		return err
+	})
+	if err := do(ctx, reload); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
 	select {
@@ -244,26 +383,25 @@ func TestBrowserTerminalThroughDrops(t *testing.T) {
 		if kind != cdppage.DialogTypeBeforeunload {
 			t.Fatalf("a %s dialog, want the leave-page prompt", kind)
 		}
-	default:
+	case <-time.After(wait.Short.Duration()):
 		t.Fatal("leaving the page with keys not sent did not ask first")
 	}
-	if err := do(ctx, chromedp.WaitReady(chromedp.CSS(`.terminal-tab.current`))); err != nil {
-		t.Fatalf("the terminal after the reload: %v; the page has %s", err, pageState(ctx))
+	if err := do(ctx, untilPage(`!document.getElementById("terminals")`)); err != nil {
+		t.Fatalf("the reload with the network gone: %v; the page has %s", err, pageState(ctx))
 	}
-	term.waitStatus("the page after the reload to hold the keys", "keys waiting")
-	if strings.Contains(term.screen(), "reloaded-42") {
-		t.Fatal("the keys reached the shell while every request failed")
+	flaky.Set(flakynet.Pass)
+	if err := do(ctx, chromedp.Navigate(address), chromedp.WaitReady(chromedp.CSS(`.terminal-tab.current`))); err != nil {
+		t.Fatalf("the terminal once the network is back: %v; the page has %s", err, pageState(ctx))
 	}
-	net.set("pass", "pass")
 	term.waitScreen("the keys kept over the reload", "reloaded-42")
-	term.waitStatus("nothing left to send", "live")
+	term.waitLive("nothing left to send")
 	if n := strings.Count(term.screen(), "reloaded-42"); n != 1 {
 		t.Fatalf("the keys kept over the reload ran %d times; the terminal shows %q", n, term.screen())
 	}
 
-	// Keys typed blind are shown, Enter as ⏎, before they go; Discard
-	// drops them, and the keys typed after it are the only ones to run.
-	net.set("fail", "pass")
+	// Keys typed blind are shown before they go; Discard drops them, and
+	// the keys typed after it are the only ones to run.
+	flaky.Set(flakynet.Reset)
 	term.typeKeys("echo discarded-$((6*7))\r")
 	if err := do(ctx, showsText(`.terminal-blind:not([hidden]) code`, "echo discarded-$((6*7))⏎")); err != nil {
 		t.Fatalf("the waiting keys are not shown: %v; the page has %s", err, pageState(ctx))
@@ -271,8 +409,14 @@ func TestBrowserTerminalThroughDrops(t *testing.T) {
 	if err := do(ctx, chromedp.Click(chromedp.CSS(`.terminal-blind:not([hidden]) button.discard`))); err != nil {
 		t.Fatal(err)
 	}
-	term.waitStatus("the discarded keys no longer waiting", "live")
-	net.set("pass", "pass")
+	wait.ForNil(t, wait.Long, "the discarded keys no longer waiting", func() error {
+		if s := term.status(); strings.Contains(s, "waiting") {
+			return fmt.Errorf("the status says %q", s)
+		}
+		return nil
+	})
+	flaky.Set(flakynet.Pass)
+	term.waitLive("the terminal back")
 	term.typeKeys("echo kept-$((6*7))\r")
 	term.waitScreen("the keys typed after the discard", "kept-42")
 	if strings.Contains(term.screen(), "discarded") {

@@ -94,8 +94,14 @@ func typeInto(sel, text string) chromedp.Action[chromedp.Void] {
 // signIn signs the browser in through the form and waits for the projects
 // page.
 func signIn(h *harness, username, password string) chromedp.Action[chromedp.Void] {
+	return signInAt(h.srv.URL, username, password)
+}
+
+// signInAt is signIn at the server's address base, for a browser that
+// reaches it another way (through a proxy).
+func signInAt(base, username, password string) chromedp.Action[chromedp.Void] {
 	return chromedp.Steps(
-		chromedp.Navigate(h.srv.URL+"/login"),
+		chromedp.Navigate(base+"/login"),
 		typeInto(`input[name=username]`, username),
 		typeInto(`input[name=password]`, password),
 		chromedp.Submit(chromedp.CSS(`form.stack`)),

@@ -23,7 +23,7 @@ func TestBrowserWatchASharedTerminal(t *testing.T) {
 	owner.addMember(id, "bob", "member")
 	ctx := browser(t)
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
-	p := openTerminalPage(t, ctx, h, id)
+	p := openTerminalPage(t, ctx, h.srv.URL, id)
 	p.typeKeys("echo shared-$((6*7))\r")
 	p.waitScreen("the owner's output", "shared-42")
 

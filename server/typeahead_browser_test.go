@@ -30,7 +30,7 @@ func TestBrowserTypingAhead(t *testing.T) {
 	h := newHarness(t)
 	_, id := editable(t, h)
 	ctx := browser(t)
-	term := openTerminalPage(t, ctx, h, id)
+	term := openTerminalPage(t, ctx, h.srv.URL, id)
 	waitScreen, typeKeys := term.waitScreen, term.typeKeys
 	keys := func(n int) (string, string) {
 		var b strings.Builder
