@@ -22,11 +22,13 @@ const (
 	// Pass moves bytes both ways.
 	Pass Mode = iota
 	// Reset resets every open connection now (SO_LINGER 0, so the peers
-	// get RST, not FIN), and every new one as it arrives.
+	// get RST, not FIN), and every new one as it arrives. Stranded
+	// connections are left as they are: no reset reaches them either.
 	Reset
-	// Hole keeps connections open and moves nothing, new ones included:
-	// a partition. On Pass the held bytes move again, as when a partition
-	// heals and TCP retransmits.
+	// Hole keeps connections open and moves nothing, new ones included
+	// (accepted, and connected to the target, which hears nothing): a
+	// partition. Neither end nor reset crosses it. On Pass the held bytes
+	// move again, as when a partition heals and TCP retransmits.
 	Hole
 	// Strand cuts the connections open now for good: they never move a
 	// byte again and are never closed, as when a route goes away silently
