@@ -129,7 +129,8 @@ done
 [ "$failed" = 0 ] || { say "tests failed (see above)"; exit 1; }
 # The abuse suite bounds how long an honest client waits while a server is
 # attacked: it runs alone, after the rest, so that what it measures is the
-# attack and not the other tests' load on the same two cores.
+# attack and not the other tests' load on the same two cores. Its test
+# attacks two instances through HAProxy with deploy/haproxy.cfg.
 go test "${race[@]}" -count=1 -timeout 20m ./cmd/abuse || { say "the abuse suite failed (see above)"; exit 1; }
 # A count, not a duration: a duration races the fuzzer's own deadline on a
 # loaded machine and can fail the run with "context deadline exceeded"

@@ -6,13 +6,14 @@ import (
 	"testing"
 )
 
-// TestShortSuite runs the short abuse suite against a real server: every
-// bound must hold.
+// TestShortSuite runs the short abuse suite against two real instances
+// behind HAProxy: every bound must hold, whichever instance each request
+// reaches.
 func TestShortSuite(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("precondition: root, since the embedded PostgreSQL runs as the postgres account")
 	}
-	table, err := run(true, regexp.MustCompile(""), os.Stderr)
+	table, err := run(true, true, regexp.MustCompile(""), os.Stderr)
 	t.Log("\n" + table)
 	if err != nil {
 		t.Fatal(err)

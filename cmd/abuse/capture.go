@@ -72,15 +72,23 @@ func captureAttack(s *server, c *client, project, script string, judgeSpeed bool
 		return err.Error(), false
 	}
 
-	pid := int(s.pid.Load())
-	before := fdCount(pid)
+	// The capture runs on whichever instance holds the session: each
+	// instance's descriptors are watched, and the most any one held
+	// more counts.
+	pids := s.pids()
+	before := make([]int64, len(pids))
+	for i, pid := range pids {
+		before[i] = fdCount(pid)
+	}
 	var peak atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
-			if n := fdCount(pid); n > peak.Load() {
-				peak.Store(n)
+			for i, pid := range pids {
+				if n := fdCount(pid) - before[i]; n > peak.Load() {
+					peak.Store(n)
+				}
 			}
 			select {
 			case <-stop:
@@ -104,12 +112,12 @@ func captureAttack(s *server, c *client, project, script string, judgeSpeed bool
 		return err.Error(), false
 	}
 	detail := fmt.Sprintf("command and capture %.1fs, %d descriptors more at the peak, %d notes; next `true` %s (untouched %s)",
-		took.Seconds(), peak.Load()-before, len(res.Notes), ms(after), ms(untouched))
+		took.Seconds(), peak.Load(), len(res.Notes), ms(after), ms(untouched))
 	var why []string
 	if res.ExitCode != 0 {
 		why = append(why, fmt.Sprintf("the command exited %d: %s", res.ExitCode, res.Stderr))
 	}
-	if held := peak.Load() - before; held >= 100 {
+	if held := peak.Load(); held >= 100 {
 		why = append(why, fmt.Sprintf("the server held %d descriptors more", held))
 	}
 	if judgeSpeed && after > untouched*3/2 && after-untouched > 20*time.Millisecond {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -33,10 +35,10 @@ const (
 	settledWithin  = 30 * time.Second
 )
 
-// peer starts a second instance from the suite's binary on the same
+// startPeer starts a second instance from the suite's binary on the same
 // database, object store and data folder, with a sandbox area and uids
 // of its own, and waits until it answers.
-func (s *server) peer() (*server, error) {
+func (s *server) startPeer() (*server, error) {
 	dir, err := os.MkdirTemp("", "atelier-abuse-peer-")
 	if err != nil {
 		return nil, err
@@ -69,6 +71,31 @@ func (s *server) peer() (*server, error) {
 	return p, nil
 }
 
+// addPeer starts a second instance beside s and HAProxy in front of both.
+func (s *server) addPeer() (*server, *balancer, error) {
+	peer, err := s.startPeer()
+	if err != nil {
+		return nil, nil, fmt.Errorf("abuse: a second instance: %w", err)
+	}
+	lb, err := startBalancer(peer.dir, s.addr, peer.addr)
+	if err != nil {
+		peer.stop()
+		return nil, nil, err
+	}
+	return peer, lb, nil
+}
+
+// dropPeer stops the balancer and the second instance beside s, if any.
+func (s *server) dropPeer() {
+	if s.lb != nil {
+		s.lb.stop()
+	}
+	if s.peer != nil {
+		s.peer.stop()
+	}
+	s.peer, s.lb = nil, nil
+}
+
 func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -79,11 +106,16 @@ func freeAddr() (string, error) {
 }
 
 // balancer runs HAProxy from Debian's packages on loopback in front of
-// the instances, round-robin per request, health-checked on /healthz.
+// the instances with deploy/haproxy.cfg, the configuration operators
+// deploy: round-robin per request, health-checked on /healthz, the
+// client's address passed on in X-Forwarded-For (the instances trust the
+// balancer's) and each client's connections bounded at the balancer.
 type balancer struct {
-	base   string
-	cmd    *exec.Cmd
-	exited chan struct{}
+	addr, base string
+	stats      string // HAProxy's own page of its servers' states
+	backends   int
+	cmd        *exec.Cmd
+	exited     chan struct{}
 }
 
 func startBalancer(dir string, backends ...string) (*balancer, error) {
@@ -95,26 +127,14 @@ func startBalancer(dir string, backends ...string) (*balancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var servers strings.Builder
-	for i, b := range backends {
-		fmt.Fprintf(&servers, "    server i%d %s check inter 1s fall 2 rise 2\n", i, b)
+	statsAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
 	}
-	cfg := fmt.Sprintf(`global
-    maxconn 512
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 60s
-    timeout server 60s
-    timeout tunnel 10m
-    option http-server-close
-frontend atelier
-    bind %s
-    default_backend instances
-backend instances
-    balance roundrobin
-    option httpchk GET /healthz
-%s`, addr, servers.String())
+	cfg, err := balancerConfig(addr, statsAddr, backends)
+	if err != nil {
+		return nil, err
+	}
 	path := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, err
@@ -123,22 +143,86 @@ backend instances
 	if err != nil {
 		return nil, err
 	}
-	b := &balancer{base: "http://" + addr, cmd: exec.Command(bin, "-f", path, "-db"), exited: make(chan struct{})}
+	b := &balancer{addr: addr, base: "http://" + addr, stats: "http://" + statsAddr + "/stats;csv", backends: len(backends),
+		cmd: exec.Command(bin, "-f", path, "-db"), exited: make(chan struct{})}
 	b.cmd.Stdout, b.cmd.Stderr = logf, logf
 	if err := tied.Start(b.cmd, syscall.SIGKILL, func(error) { close(b.exited) }); err != nil {
 		return nil, err
 	}
+	if err := b.waitUp(30 * time.Second); err != nil {
+		b.stop()
+		return nil, fmt.Errorf("%w (see %s)", err, logf.Name())
+	}
+	return b, nil
+}
+
+// balancerConfig is deploy/haproxy.cfg bound to addr, in front of
+// backends, with checks every half second (so the suite need not wait
+// out an operator's pace) and its servers' states on a page at
+// statsAddr.
+func balancerConfig(addr, statsAddr string, backends []string) (string, error) {
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("abuse: the module's folder: %w", err)
+	}
+	deployed, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(root)), "deploy", "haproxy.cfg"))
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	bound, served := false, false
+	for line := range strings.Lines(string(deployed)) {
+		switch field := strings.Fields(line); {
+		case len(field) > 0 && field[0] == "server":
+			// The suite's instances in place of the deployed ones.
+			if !served {
+				for i, backend := range backends {
+					fmt.Fprintf(&b, "    server i%d %s check inter 500ms fall 2 rise 1\n", i, backend)
+				}
+				served = true
+			}
+			continue
+		case len(field) == 2 && field[0] == "bind":
+			line, bound = "    bind "+addr+"\n", true
+		}
+		b.WriteString(line)
+	}
+	if !bound || !served {
+		return "", errors.New("abuse: deploy/haproxy.cfg has no bind or no server line to replace")
+	}
+	fmt.Fprintf(&b, "listen stats\n    bind %s\n    stats enable\n    stats uri /stats\n", statsAddr)
+	return b.String(), nil
+}
+
+// waitUp waits until the balancer counts every instance up, so that a
+// client is not told 503 for an instance just started that its checks
+// have not seen yet.
+func (b *balancer) waitUp(within time.Duration) error {
 	hc := &http.Client{Timeout: 2 * time.Second}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if resp, err := hc.Get(b.base + "/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return b, nil
+	up := 0
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := hc.Get(b.stats)
+		if err != nil {
+			continue
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if err != nil {
+			continue
+		}
+		// The CSV's columns: pxname, svname, ..., the 18th is status.
+		up = 0
+		for line := range strings.SplitSeq(string(body), "\n") {
+			f := strings.Split(line, ",")
+			if len(f) > 17 && f[0] == "instances" && strings.HasPrefix(f[1], "i") && f[17] == "UP" {
+				up++
 			}
 		}
+		if up == b.backends {
+			return nil
+		}
 	}
-	b.stop()
-	return nil, fmt.Errorf("abuse: the balancer did not answer within 30 s (see %s)", logf.Name())
+	return fmt.Errorf("abuse: the balancer counted %d of %d instances up after %s", up, b.backends, within)
 }
 
 func (b *balancer) stop() {
@@ -158,16 +242,15 @@ func (b *balancer) stop() {
 // the saved edit is there, and the dead instance's reservations are
 // settled within settledWithin. Both instances run again afterwards.
 func clusterKill(s *server, logw func(string)) (string, bool) {
-	peer, err := s.peer()
-	if err != nil {
-		return "peer: " + err.Error(), false
+	peer, lb := s.peer, s.lb
+	if peer == nil {
+		var err error
+		if peer, lb, err = s.addPeer(); err != nil {
+			return err.Error(), false
+		}
+		defer peer.stop()
+		defer lb.stop()
 	}
-	defer peer.stop()
-	lb, err := startBalancer(peer.dir, s.addr, peer.addr)
-	if err != nil {
-		return err.Error(), false
-	}
-	defer lb.stop()
 	c, err := signIn(lb.base, "admin", adminPassword)
 	if err != nil {
 		return "sign in through the balancer: " + err.Error(), false

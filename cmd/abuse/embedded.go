@@ -51,8 +51,9 @@ func (s *server) embedded() (*server, error) {
 	// The last value of a variable wins.
 	e.env = append(append([]string{}, s.env...), "ATELIER_DATA="+e.data(), "ATELIER_ADDR="+e.addr,
 		"DATABASE_URL=", "ATELIER_S3_ENDPOINT=",
-		// One instance alone: no cluster, which would need the shared ones.
-		"ATELIER_CLUSTER_SECRET=", "ATELIER_INTERNAL_URL=")
+		// One instance alone, reached directly: no cluster, which would
+		// need the shared ones, and no balancer to trust.
+		"ATELIER_CLUSTER_SECRET=", "ATELIER_INTERNAL_URL=", "ATELIER_TRUSTED_PROXIES=")
 	if err := e.launch(); err != nil {
 		e.stop()
 		return nil, err

@@ -352,7 +352,7 @@ func (s *server) scan(ctx context.Context, sql string, args []any, dest ...any) 
 	return conn.QueryRow(ctx, sql, args...).Scan(dest...)
 }
 
-// serverKill kills the server with SIGKILL while a one-shot command and a
+// serverKill kills the server (every instance) with SIGKILL while a one-shot command and a
 // shell of one session run, then starts it again. The abandoned sandbox
 // reservations must be settled, the shell's stream must say it was lost,
 // the session and its edits must be intact, no process of the session's
@@ -402,9 +402,9 @@ func serverKill(s *server, c *client) (string, bool) {
 		return fmt.Sprintf("before the kill: %d reservations held (%v), want one for the command and one for the shell", held, err), false
 	}
 
-	s.kill()
+	s.killAll()
 	survivedKill := len(processesOf(uid))
-	if err := s.launch(); err != nil {
+	if err := s.launchAll(); err != nil {
 		return "restart: " + err.Error(), false
 	}
 
@@ -667,8 +667,8 @@ func describe(pids []int) string {
 	return strings.Join(parts, ", ")
 }
 
-// verifyKill submits a Change whose check is running when the server is
-// killed: after the restart the Change is verified again and ends
+// verifyKill submits a Change whose check is running when the server
+// (every instance) is killed: after the restart the Change is verified again and ends
 // verified, with one piece of evidence, and canonical has not moved.
 func verifyKill(s *server, c *client) (string, bool) {
 	id, err := c.CreateProject("abuse-verify")
@@ -705,8 +705,8 @@ func verifyKill(s *server, c *client) (string, bool) {
 		return err.Error(), false
 	}
 
-	s.kill()
-	if err := s.launch(); err != nil {
+	s.killAll()
+	if err := s.launchAll(); err != nil {
 		return "restart: " + err.Error(), false
 	}
 	deadline := time.Now().Add(90 * time.Second)

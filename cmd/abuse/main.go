@@ -44,13 +44,14 @@ import (
 func main() {
 	short := flag.Bool("short", false, "small sizes for CI (a few minutes)")
 	only := flag.String("run", "", "run only the attacks whose name matches this regular expression")
+	behind := flag.Bool("balancer", false, "attack two instances behind HAProxy instead of one server")
 	flag.Parse()
 	pick, err := regexp.Compile(*only)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "abuse: -run:", err)
 		os.Exit(2)
 	}
-	table, err := run(*short, pick, os.Stderr)
+	table, err := run(*short, *behind, pick, os.Stderr)
 	fmt.Print(table)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "abuse:", err)
@@ -119,16 +120,30 @@ type row struct {
 }
 
 // run builds and starts the server, runs every attack and returns the table;
-// the error says which bounds failed.
-func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
+// the error says which bounds failed. behind: the server has a second
+// instance beside it and HAProxy in front of both, and every attack and
+// the honest client go through the balancer.
+func run(short, behind bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 	sz := sizesFor(short)
-	srv, err := startServer(logw, "ATELIER_COLLECT_GRACE_MS="+strconv.FormatInt(sz.collectGrace.Milliseconds(), 10))
+	env := []string{"ATELIER_COLLECT_GRACE_MS=" + strconv.FormatInt(sz.collectGrace.Milliseconds(), 10)}
+	if behind {
+		// The balancer's X-Forwarded-For names each client; it bounds
+		// their connections itself.
+		env = append(env, "ATELIER_TRUSTED_PROXIES=127.0.0.1/32")
+	}
+	srv, err := startServer(logw, env...)
 	if err != nil {
 		return "", err
 	}
 	defer srv.stop()
+	if behind {
+		if srv.peer, srv.lb, err = srv.addPeer(); err != nil {
+			return "", err
+		}
+	}
+	addr, base := srv.front()
 
-	c, err := signIn(srv.base, "admin", adminPassword)
+	c, err := signIn(base, "admin", adminPassword)
 	if err != nil {
 		return "", err
 	}
@@ -145,7 +160,7 @@ func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 		// Each case meets a fresh process: the Go runtime keeps memory an
 		// earlier attack made it take, which would count against the next.
 		if len(rows) > 0 {
-			if err := srv.restart(); err != nil {
+			if err := srv.restartAll(); err != nil {
 				rows = append(rows, row{attack: attack, size: size, failed: true, result: "fail: " + err.Error()})
 				return
 			}
@@ -153,15 +168,15 @@ func run(short bool, pick *regexp.Regexp, logw io.Writer) (string, error) {
 		rows = append(rows, srv.measure(attack, size, sz.p99Bound, fault, memoryBound, f))
 	}
 	measure("slow bodies", fmt.Sprintf("%d conns, 1 byte / 2 s, %s", sz.slowConns, sz.slowFor), false, false,
-		func() (string, bool) { return slowBodies(srv.addr, sz.slowConns, sz.slowFor) })
+		func() (string, bool) { return slowBodies(addr, sz.slowConns, sz.slowFor) })
 	measure("concurrent wrong passwords", fmt.Sprintf("%d parallel", sz.wrongLogins), false, true,
-		func() (string, bool) { return wrongPasswords(srv.base, sz.wrongLogins) })
+		func() (string, bool) { return wrongPasswords(base, sz.wrongLogins) })
 	measure("sign-in lockout attempt", fmt.Sprintf("1 address besieging, %d guessing, %s", lockoutAddrs, sz.slowFor), false, true,
-		func() (string, bool) { return signInLockout(srv.base, sz.slowFor) })
+		func() (string, bool) { return signInLockout(base, sz.slowFor) })
 	measure("stream flood (/admin/events)", fmt.Sprintf("%d streams, one account", sz.streams), false, false,
-		func() (string, bool) { return streamFlood(srv.addr, c, sz.streams) })
+		func() (string, bool) { return streamFlood(addr, c, sz.streams) })
 	measure("stalled readers (/projects/{id}/events)", fmt.Sprintf("%d readers that never read, %d events", sz.stalled, 2*sz.stalledCycles), false, true,
-		func() (string, bool) { return stalledReaders(srv.addr, c, sz.stalled, sz.stalledCycles) })
+		func() (string, bool) { return stalledReaders(addr, srv.lb != nil, c, sz.stalled, sz.stalledCycles) })
 	measure("large download (/code/raw)", fmt.Sprintf("%d MiB file, %d at once", sz.downloadBytes>>20, sz.downloads), false, true,
 		func() (string, bool) { return largeDownload(c, sz.downloadBytes, sz.downloads) })
 	measure("large import (large files)", fmt.Sprintf("%d files of %d MiB", sz.largeFiles, sz.largeFileSize>>20), false, true,
@@ -241,6 +256,58 @@ type server struct {
 	pgConfig pgembed.Config
 	pg       *pgembed.Cluster
 	minio    *miniotest.Server
+
+	// A second instance on the same database, store and data folder,
+	// and HAProxy in front of both (addPeer), or nil.
+	peer *server
+	lb   *balancer
+}
+
+// front is where clients reach the service: the balancer when there is
+// one, else the server itself.
+func (s *server) front() (addr, base string) {
+	if s.lb != nil {
+		return s.lb.addr, s.lb.base
+	}
+	return s.addr, s.base
+}
+
+// instances are the server and the second instance beside it, if any.
+func (s *server) instances() []*server {
+	if s.peer != nil {
+		return []*server{s, s.peer}
+	}
+	return []*server{s}
+}
+
+// pids are the running processes of the instances.
+func (s *server) pids() []int {
+	var pids []int
+	for _, in := range s.instances() {
+		pids = append(pids, int(in.pid.Load()))
+	}
+	return pids
+}
+
+// killAll kills every instance with SIGKILL, as a power cut would.
+func (s *server) killAll() {
+	for _, in := range s.instances() {
+		in.kill()
+	}
+}
+
+// launchAll starts every instance again and waits until the balancer, if
+// any, counts them up.
+func (s *server) launchAll() error {
+	for _, in := range s.instances() {
+		if err := in.launch(); err != nil {
+			return err
+		}
+	}
+	if s.lb != nil {
+		return s.lb.waitUp(30 * time.Second)
+	}
+	return nil
 }
 
 // startServer starts the server with env added to its environment.
@@ -349,11 +416,15 @@ func (s *server) launch() error {
 	return fmt.Errorf("abuse: server did not answer /healthz within 3 minutes (log in %s)", filepath.Join(s.dir, "server.log"))
 }
 
-// restart stops the server as an operator does (SIGTERM) and starts it
-// again.
-func (s *server) restart() error {
-	s.terminate()
-	return s.launch()
+// restartAll stops every instance as an operator does (SIGTERM) and
+// starts them again.
+func (s *server) restartAll() error {
+	var wg sync.WaitGroup
+	for _, in := range s.instances() {
+		wg.Go(in.terminate)
+	}
+	wg.Wait()
+	return s.launchAll()
 }
 
 // terminate ends the server with SIGTERM so it finishes its requests, or
@@ -370,18 +441,24 @@ func (s *server) terminate() {
 	}
 }
 
-// keepLog copies the server's log out of the folder stop removes and
-// returns where it went.
+// keepLog copies each instance's log out of the folder stop removes and
+// says where they went.
 func (s *server) keepLog() string {
-	b, err := os.ReadFile(filepath.Join(s.dir, "server.log"))
-	if err != nil {
-		return err.Error()
+	var kept []string
+	for _, in := range s.instances() {
+		b, err := os.ReadFile(filepath.Join(in.dir, "server.log"))
+		if err != nil {
+			kept = append(kept, err.Error())
+			continue
+		}
+		path := in.dir + ".log"
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			kept = append(kept, err.Error())
+			continue
+		}
+		kept = append(kept, path)
 	}
-	path := s.dir + ".log"
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return err.Error()
-	}
-	return path
+	return strings.Join(kept, ", ")
 }
 
 // kill ends the server with SIGKILL, as a crash or the OOM killer would,
@@ -391,9 +468,11 @@ func (s *server) kill() {
 	<-s.exited
 }
 
-// stop ends the server with SIGTERM so it finishes its requests, then
-// PostgreSQL and MinIO, and removes the suite's folder.
+// stop ends the server (and the instance beside it) with SIGTERM so it
+// finishes its requests, then PostgreSQL and MinIO, and removes the
+// suite's folder.
 func (s *server) stop() {
+	s.dropPeer()
 	s.terminate()
 	if s.pg != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -407,18 +486,25 @@ func (s *server) stop() {
 }
 
 // measure runs one attack while an honest client polls /healthz and a
-// sampler watches the server's memory and descriptors. memoryBound holds
-// the server's RSS under rssMax; issue 12 sets that target for the
+// sampler watches the server's memory and descriptors (each instance's,
+// behind a balancer: the figures are the largest of them). memoryBound
+// holds the server's RSS under rssMax; issue 12 sets that target for the
 // password flood, the downloads and the imports, and the suite for the
 // faults. A connection flood's memory follows the connection bound
 // instead (each held connection costs some tens of KiB), so it is shown
 // but not bound. In a fault (the
 // database or the server itself away) the honest client's polls may be
-// refused or answered 503, but each must be answered within the bound: a
-// hung poll counts as its full timeout.
+// refused or answered 503 (or 502 by a balancer whose instance died
+// under the poll), but each must be answered within the bound: a hung
+// poll counts as its full timeout.
 func (s *server) measure(attack, size string, p99Bound time.Duration, fault, memoryBound bool, f func() (string, bool)) row {
-	baseRSS := rss(int(s.pid.Load()))
-	limit := fdLimit(int(s.pid.Load()))
+	var baseRSS, limit int64
+	for _, pid := range s.pids() {
+		baseRSS = max(baseRSS, rss(pid))
+		if l := fdLimit(pid); limit == 0 || (l > 0 && l < limit) {
+			limit = l
+		}
+	}
 	var peakRSS, peakFDs atomic.Int64
 	peakRSS.Store(baseRSS)
 	stop := make(chan struct{})
@@ -429,12 +515,13 @@ func (s *server) measure(attack, size string, p99Bound time.Duration, fault, mem
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
-			pid := int(s.pid.Load())
-			if v := rss(pid); v > peakRSS.Load() {
-				peakRSS.Store(v)
-			}
-			if v := fdCount(pid); v > peakFDs.Load() {
-				peakFDs.Store(v)
+			for _, pid := range s.pids() {
+				if v := rss(pid); v > peakRSS.Load() {
+					peakRSS.Store(v)
+				}
+				if v := fdCount(pid); v > peakFDs.Load() {
+					peakFDs.Store(v)
+				}
 			}
 			select {
 			case <-stop:
@@ -444,9 +531,10 @@ func (s *server) measure(attack, size string, p99Bound time.Duration, fault, mem
 		}
 	}()
 	var polls []poll
+	_, front := s.front()
 	go func() {
 		defer wg.Done()
-		polls = honestClient(s.base, stop)
+		polls = honestClient(front, stop)
 	}()
 	detail, ok := f()
 	close(stop)
@@ -460,6 +548,10 @@ func (s *server) measure(attack, size string, p99Bound time.Duration, fault, mem
 		switch {
 		case p.status == http.StatusOK:
 		case fault && (p.status == http.StatusServiceUnavailable || p.refused):
+			down++
+		case fault && s.lb != nil && p.status == http.StatusBadGateway:
+			// The balancer's answer for a request whose instance died
+			// under it: a refusal, passed on.
 			down++
 		default:
 			lat[i] = pollTimeout

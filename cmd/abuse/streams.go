@@ -32,7 +32,16 @@ const deliveryBound = time.Second
 // honestly. Every event must reach the owner within deliveryBound of the
 // answer to the request that caused it, and every stalled stream must be
 // ended by the server.
-func stalledReaders(addr string, c *client, n, cycles int) (string, bool) {
+//
+// Behind a balancer (parked) the stalled streams are the balancer's to
+// hold: its socket to each stalled reader takes what the instance sends
+// (the kernel grows its send buffer, some 150 KiB a stream here), so the
+// instance's writes never block and it has nothing to end. There the
+// balancer bounds them (connections per client, its timeouts) and the
+// row asks only that the honest owner is not held back and the instances'
+// memory stays bounded; the instance's own ending of a stalled stream is
+// the direct run's, and TestStalledReadersOfProjectEvents'.
+func stalledReaders(addr string, parked bool, c *client, n, cycles int) (string, bool) {
 	id, err := c.CreateProject("abuse-stalled")
 	if err != nil {
 		return err.Error(), false
@@ -135,6 +144,12 @@ func stalledReaders(addr string, c *client, n, cycles int) (string, bool) {
 		worst = max(worst, d)
 	}
 
+	detail := fmt.Sprintf("owner got %d of %d events, after the answer p50 %s / p99 %s / max %s",
+		len(late), len(caused), ms(liveserver.Percentile(late, 50)), ms(liveserver.Percentile(late, 99)), ms(worst))
+	delivered := missing == 0 && worst <= deliveryBound
+	if parked {
+		return detail + fmt.Sprintf("; %d stalled readers parked in the balancer", n), delivered
+	}
 	// Each stalled stream is ended by the server: its connection reaches
 	// its end (or a reset) once the bytes it holds are read.
 	dropped := 0
@@ -146,9 +161,7 @@ func stalledReaders(addr string, c *client, n, cycles int) (string, bool) {
 			dropped++
 		}
 	}
-	detail := fmt.Sprintf("owner got %d of %d events, after the answer p50 %s / p99 %s / max %s; %d of %d stalled readers dropped",
-		len(late), len(caused), ms(liveserver.Percentile(late, 50)), ms(liveserver.Percentile(late, 99)), ms(worst), dropped, n)
-	return detail, missing == 0 && worst <= deliveryBound && dropped == n
+	return detail + fmt.Sprintf("; %d of %d stalled readers dropped", dropped, n), delivered && dropped == n
 }
 
 // stalledStream opens path with cookie over a connection whose receive
