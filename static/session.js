@@ -1157,6 +1157,20 @@
             const n = Number(id);
             if (id !== "" && Number.isFinite(n) && n >= 0) l.at = n;
           };
+          es.addEventListener("text", (e) => {
+            if (es !== l.source) return;
+            let text;
+            try {
+              text = JSON.parse(e.data);
+            } catch (_) {
+              return; // not a JSON string: never from our server
+            }
+            if (typeof text !== "string") return;
+            at(e.lastEventId);
+            // Text starts on a character: bytes of one an out event left
+            // unfinished are a U+FFFD, as decoding all the bytes would make.
+            append(l.decoder.decode() + text);
+          });
           es.addEventListener("out", (e) => {
             if (es !== l.source) return;
             let bytes;

@@ -17,10 +17,12 @@
 // Under {base}/terminals the server offers:
 //   GET                    the terminals of the session: [{id, nextSeq}]
 //   POST  cols, rows       a new one: 201 {id, nextSeq}; 429 at a limit
-//   GET  {id}/stream?from= its output as Server-Sent Events: out (base64
-//                          bytes; id = offset after them), gap (bytes lost),
-//                          exit ({"code", "signal"}), beat (idle; every
-//                          data-heartbeat ms of #terminals)
+//   GET  {id}/stream?from= its output as Server-Sent Events: text (a JSON
+//                          string of UTF-8 output) and out (base64 of
+//                          other bytes), id = offset after their bytes;
+//                          gap (bytes lost), exit ({"code", "signal"}),
+//                          beat (idle; every data-heartbeat ms of
+//                          #terminals)
 //   POST {id}/input        raw bytes, numbered by X-Input-Seq from nextSeq;
 //                          a repeated number is ignored, 429 = queue full
 //   POST {id}/resize       cols, rows
@@ -576,6 +578,26 @@
           if (bytes.length) {
             this.atLineStart = bytes[bytes.length - 1] === 10;
             this.write(bytes);
+          }
+        });
+        es.addEventListener("text", (e) => {
+          if (es !== this.source) return;
+          this.heard();
+          let text;
+          try {
+            text = JSON.parse(e.data);
+          } catch (_) {
+            return; // not a JSON string: never from our server
+          }
+          if (typeof text !== "string") return;
+          this.noteOffset(e.lastEventId);
+          // Text starts on a character, so bytes carried from an out event
+          // can never finish theirs: xterm, given them all as bytes,
+          // would drop them, and so does the page.
+          this.carry = null;
+          if (text) {
+            this.atLineStart = text.charCodeAt(text.length - 1) === 10;
+            this.write(text);
           }
         });
         es.addEventListener("rec", (e) => {
