@@ -3,7 +3,6 @@ package server
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -79,9 +78,9 @@ type commandExitJSON struct {
 	Error      string   `json:"error"`
 }
 
-// drain reads a command stream to its exit: the bytes of its out events
-// in order, checking that each id is the offset after its bytes, from
-// offset from.
+// drain reads a command stream to its exit: the bytes of its text and
+// out events in order, checking that each id is the offset after its
+// bytes, from offset from.
 func drain(t *testing.T, events <-chan sseEvent, from int) (string, commandExitJSON) {
 	t.Helper()
 	var out strings.Builder
@@ -93,10 +92,10 @@ func drain(t *testing.T, events <-chan sseEvent, from int) (string, commandExitJ
 				t.Fatalf("the stream ended without exit after %q", out.String())
 			}
 			switch e.name {
-			case "out":
-				b, err := base64.StdEncoding.DecodeString(e.data)
+			case "text", "out":
+				b, _, err := outputOf(e.name, e.data)
 				if err != nil {
-					t.Fatalf("out data is not base64: %v", err)
+					t.Fatal(err)
 				}
 				out.Write(b)
 				if want := itoa(int64(from + out.Len())); e.id != want {
@@ -150,10 +149,10 @@ func TestCommandOutputStreamsLive(t *testing.T) {
 	for len(lineAt) < 2 {
 		select {
 		case e := <-first:
-			if e.name != "out" {
-				t.Fatalf("%s event while the command runs", e.name)
+			b, ok, err := outputOf(e.name, e.data)
+			if !ok || err != nil {
+				t.Fatalf("%s event while the command runs: %v", e.name, err)
 			}
-			b, _ := base64.StdEncoding.DecodeString(e.data)
 			seen.Write(b)
 			for n := strings.Count(seen.String(), "\n"); len(lineAt) < n; {
 				lineAt = append(lineAt, e.at)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/base64"
 	"fmt"
 	"net"
 	"net/http"
@@ -268,14 +267,14 @@ func TestStalledViewersOfTerminal(t *testing.T) {
 			switch {
 			case strings.HasPrefix(l.text, "event: "):
 				event = strings.TrimPrefix(l.text, "event: ")
-				if event != "out" {
+				if event != "text" && event != "out" {
 					read <- fmt.Errorf("the reading viewer got %s at line %d", event, n)
 					return
 				}
-			case strings.HasPrefix(l.text, "data: ") && event == "out":
-				b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(l.text, "data: "))
+			case strings.HasPrefix(l.text, "data: "):
+				b, _, err := outputOf(event, strings.TrimPrefix(l.text, "data: "))
 				if err != nil {
-					read <- fmt.Errorf("out data is not base64: %v", err)
+					read <- err
 					return
 				}
 				out = append(out, b...)

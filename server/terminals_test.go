@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -40,6 +42,27 @@ func (c *client) input(base, tid string, seq uint64, data string) *http.Response
 		header{"X-CSRF-Token": c.csrf, "X-Input-Seq": strconv.FormatUint(seq, 10), "Accept": "application/json"})
 }
 
+// outputOf decodes the output a terminal's (or a command's) stream event
+// carries: a text event's JSON string, an out event's base64; ok is false
+// for any other event.
+func outputOf(event, data string) (b []byte, ok bool, err error) {
+	switch event {
+	case "text":
+		var s string
+		if err := json.Unmarshal([]byte(data), &s); err != nil {
+			return nil, true, fmt.Errorf("text data %.40q: %w", data, err)
+		}
+		return []byte(s), true, nil
+	case "out":
+		b, err := base64.StdEncoding.DecodeString(data)
+		if err != nil {
+			return nil, true, fmt.Errorf("out data is not base64: %w", err)
+		}
+		return b, true, nil
+	}
+	return nil, false, nil
+}
+
 // streamUntil reads the terminal's SSE stream until the decoded output
 // contains want, and returns the output and the last event id.
 func (c *client) streamUntil(t *testing.T, url, want string) (string, string) {
@@ -66,10 +89,13 @@ func (c *client) streamUntil(t *testing.T, url, want string) (string, string) {
 			event = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "id: "):
 			lastID = strings.TrimPrefix(line, "id: ")
-		case strings.HasPrefix(line, "data: ") && event == "out":
-			b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(line, "data: "))
+		case strings.HasPrefix(line, "data: "):
+			b, ok, err := outputOf(event, strings.TrimPrefix(line, "data: "))
 			if err != nil {
-				t.Fatalf("out data is not base64: %v", err)
+				t.Fatal(err)
+			}
+			if !ok {
+				continue
 			}
 			out.Write(b)
 			if strings.Contains(out.String(), want) {

@@ -3,7 +3,6 @@ package server
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"errors"
 	"net/http"
 	"net/url"
@@ -56,8 +55,8 @@ func (c *client) watch(t *testing.T, path string) *watchStream {
 			switch {
 			case strings.HasPrefix(line, "event: "):
 				event = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "data: ") && event == "out":
-				b, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(line, "data: "))
+			case strings.HasPrefix(line, "data: ") && (event == "text" || event == "out"):
+				b, _, _ := outputOf(event, strings.TrimPrefix(line, "data: "))
 				out.Write(b)
 				select {
 				case w.seen <- out.String():

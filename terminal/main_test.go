@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -164,14 +165,29 @@ func (e event) offset(t testing.TB) uint64 {
 	return n
 }
 
-// bytes decodes an out event's data.
+// isOutput says whether the event carries output: text or out.
+func (e event) isOutput() bool { return e.name == "text" || e.name == "out" }
+
+// bytes decodes the output a text or out event carries: a text event's
+// JSON string of valid UTF-8, an out event's base64.
 func (e event) bytes(t testing.TB) []byte {
 	t.Helper()
-	b, err := base64.StdEncoding.DecodeString(e.data)
-	if err != nil {
-		t.Fatalf("out event data: %v", err)
+	switch e.name {
+	case "text":
+		var s string
+		if err := json.Unmarshal([]byte(e.data), &s); err != nil {
+			t.Fatalf("text event data %.40q: %v", e.data, err)
+		}
+		return []byte(s)
+	case "out":
+		b, err := base64.StdEncoding.DecodeString(e.data)
+		if err != nil {
+			t.Fatalf("out event data: %v", err)
+		}
+		return b
 	}
-	return b
+	t.Fatalf("%s event %q carries no output", e.name, e.data)
+	return nil
 }
 
 // stream is a client of ServeStream.
@@ -295,7 +311,7 @@ func (s *stream) close() {
 	<-s.done
 }
 
-// collect reads out events until exit and returns the bytes in order,
+// collect reads output events until exit and returns the bytes in order,
 // the exit event, and the number of gap events. It checks that every
 // event's id continues from the last.
 func (s *stream) collect(from uint64, wait time.Duration) ([]byte, event, int) {
@@ -306,11 +322,11 @@ func (s *stream) collect(from uint64, wait time.Duration) ([]byte, event, int) {
 	for {
 		e := s.next(wait)
 		switch e.name {
-		case "out":
+		case "text", "out":
 			b := e.bytes(s.t)
 			off += uint64(len(b))
 			if e.offset(s.t) != off {
-				s.t.Fatalf("out event id %s, want %d", e.id, off)
+				s.t.Fatalf("%s event id %s, want %d", e.name, e.id, off)
 			}
 			out.Write(b)
 		case "gap":

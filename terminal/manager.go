@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // readChunk is the reader's buffer. A PTY master hands out at most one
@@ -28,7 +29,7 @@ type Config struct {
 	// Defaults: half and a quarter of RingBytes.
 	HighWater, LowWater int
 
-	EventBytes   int           // raw bytes in one out event at most; 32 KiB
+	EventBytes   int           // raw bytes in one text or out event at most; 32 KiB, at least a character's 4
 	Heartbeat    time.Duration // a beat event on an idle stream; 15 s
 	WriteTimeout time.Duration // a viewer whose write stalls this long is dropped; 5 s
 	ExitGrace    time.Duration // how long output may trickle in after the shell ends; 2 s
@@ -59,6 +60,7 @@ func (c Config) withDefaults() Config {
 	def(&c.LowWater, c.RingBytes/4)
 	c.LowWater = min(c.LowWater, c.HighWater)
 	def(&c.EventBytes, 32<<10)
+	c.EventBytes = max(c.EventBytes, utf8.UTFMax) // a character is never split
 	defDur(&c.Heartbeat, 15*time.Second)
 	defDur(&c.WriteTimeout, 5*time.Second)
 	defDur(&c.ExitGrace, 2*time.Second)

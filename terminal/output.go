@@ -163,13 +163,18 @@ func (o *Output) waitForViewers(n int) {
 }
 
 // backlog is the output the flow-controlled viewer furthest ahead has yet
-// to send; 0 without one. o.mu must be held.
+// to read; 0 without one. The first bytes of a character it holds back
+// (viewer.seen) do not count: it waits for the writer to finish the
+// character, so the writer must not wait for them. (Room for n bytes
+// then leaves those up to three bytes at risk only if the ring were
+// within three bytes of n, and a ring is many reads long.) o.mu must be
+// held.
 func (o *Output) backlog() int {
 	least := -1
 	start := o.ring.start()
 	for v := range o.viewers {
 		if v.flow {
-			b := int(o.ring.end - max(v.off, start))
+			b := int(o.ring.end - max(v.seen, start))
 			if least < 0 || b < least {
 				least = b
 			}

@@ -1,7 +1,6 @@
 package terminal
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 // viewer is one attached output stream.
 type viewer struct {
 	off  uint64 // the next offset to send; it moves once bytes are in an event
+	seen uint64 // the offset after the bytes read: past off by a cut character's first bytes
 	rec  bool   // the last rec event it sent said on
 	flow bool   // its writes have a deadline, so it may hold the reader back
 	// waiting says the viewer has sent everything and waits on wake, which
@@ -34,12 +34,23 @@ func (t *Terminal) ServeStream(w http.ResponseWriter, r *http.Request) error {
 // Last-Event-ID header, else the from query parameter, else the oldest
 // byte still in the ring, and sends:
 //
+//	event: text    id: offset after the bytes   data: the bytes, valid UTF-8, as one JSON string
 //	event: out     id: offset after the bytes   data: base64 of the raw bytes
 //	event: gap     id: offset it resumes at      data: how many bytes were lost
 //	event: resync  id: offset it had reached     data: resync
 //	event: exit    id: final offset              data: End's JSON, e.g. {"code":3,"signal":""}
 //	event: beat    id: offset reached            data: Config.Heartbeat in milliseconds
 //	event: rec     id: offset reached            data: on, or off
+//
+// text and out carry the output, in order, each byte once: a run of
+// valid UTF-8 as text (unless its JSON is longer than its base64, as for
+// output mostly of escape sequences, or it is a short run among bytes
+// that are not UTF-8, as in binary output), the rest as out; see
+// appendOutput. No event splits a character: the first bytes of one that
+// the shell has not finished writing wait for the rest (or for the end
+// of the output, and then go as out). Either way the id is the offset
+// after the event's bytes, so a page resumes at the id of whichever event
+// it saw last.
 //
 // rec comes when the terminal starts being recorded (at once for a viewer
 // that attaches while it is) and when the recording ends, so that every
@@ -87,7 +98,7 @@ func (o *Output) ServeStream(w http.ResponseWriter, r *http.Request) error {
 		o.mu.Unlock()
 		return ErrViewers
 	}
-	v.off = from
+	v.off, v.seen = from, from
 	o.viewers[v] = struct{}{}
 	o.mu.Unlock()
 	defer o.detach(v)
@@ -109,7 +120,7 @@ func (o *Output) ServeStream(w http.ResponseWriter, r *http.Request) error {
 	o.mu.Lock()
 	if start := o.ring.start(); v.off < start {
 		lost := start - v.off
-		v.off = start
+		v.off, v.seen = start, start
 		o.mu.Unlock()
 		if s.event("gap", start, strconv.AppendUint(raw[:0], lost, 10)) != nil {
 			return nil
@@ -135,18 +146,22 @@ func (o *Output) ServeStream(w http.ResponseWriter, r *http.Request) error {
 			o.mu.Unlock()
 			s.event("resync", off, []byte("resync"))
 			return nil
-		case v.off < o.ring.end:
+		case v.off < o.ring.end && (v.seen < o.ring.end || o.ended):
 			// Everything written since the last event, up to EventBytes,
-			// becomes one event. Events are gathered until the viewer has
-			// caught up or flushBytes are waiting, then written and
-			// flushed together: a busy writer costs one write and one
-			// flush per batch rather than per read.
+			// becomes the next events (one, unless its bytes change
+			// between text and out). Events are gathered until the
+			// viewer has caught up or flushBytes are waiting, then
+			// written and flushed together: a busy writer costs one
+			// write and one flush per batch rather than per read. A
+			// character cut at the end of what was read waits for the
+			// next read, unless nothing more can come.
 			n := o.ring.read(v.off, raw)
+			final := o.ended && v.off+uint64(n) == o.ring.end
 			o.mu.Unlock()
-			s.output(v.off+uint64(n), raw[:n])
+			sent := s.output(v.off, raw[:n], !final)
 			o.mu.Lock()
-			v.off += uint64(n)
-			more := v.off < o.ring.end
+			v.off, v.seen = v.off+uint64(sent), v.off+uint64(n)
+			more := v.seen < o.ring.end
 			if o.paused {
 				o.drained.Signal()
 			}
@@ -226,27 +241,20 @@ type eventWriter struct {
 	buf      []byte // events not written yet
 }
 
-// output adds an out event for raw, whose last byte ends before id.
-func (s *eventWriter) output(id uint64, raw []byte) {
-	b := s.head("out", id)
-	b = base64.StdEncoding.AppendEncode(b, raw)
-	s.buf = append(b, "\n\n"...)
+// output adds the text and out events for raw, whose first byte is at
+// offset off, and returns how many of its bytes they carry; with hold, a
+// character cut at raw's end is left for the next call.
+func (s *eventWriter) output(off uint64, raw []byte, hold bool) int {
+	var n int
+	s.buf, n = appendOutput(s.buf, off, raw, hold)
+	return n
 }
 
 // event adds a named event and sends it with what is gathered.
 func (s *eventWriter) event(name string, id uint64, data []byte) error {
-	b := append(s.head(name, id), data...)
+	b := append(appendHead(s.buf, name, id), data...)
 	s.buf = append(b, "\n\n"...)
 	return s.flush()
-}
-
-// head starts an event after those gathered, up to its data.
-func (s *eventWriter) head(name string, id uint64) []byte {
-	b := append(s.buf, "event: "...)
-	b = append(b, name...)
-	b = append(b, "\nid: "...)
-	b = strconv.AppendUint(b, id, 10)
-	return append(b, "\ndata: "...)
 }
 
 // flush writes the gathered events and pushes them to the client.

@@ -18,15 +18,15 @@ import (
 	"atelier/testrig/wait"
 )
 
-// ready reads out events until the shell has printed marker, which a raw
-// mode script prints once its stty has run, and returns the offset after
-// it.
+// ready reads output events until the shell has printed marker, which a
+// raw mode script prints once its stty has run, and returns the offset
+// after it.
 func (s *stream) ready(marker string) uint64 {
 	s.t.Helper()
 	var got []byte
 	for {
 		e := s.next(5 * time.Second)
-		if e.name != "out" {
+		if !e.isOutput() {
 			s.t.Fatalf("waiting for %q: got %s event", marker, e.name)
 		}
 		got = append(got, e.bytes(s.t)...)
@@ -39,14 +39,14 @@ func (s *stream) ready(marker string) uint64 {
 	}
 }
 
-// expectOutput reads out events until the output holds want.
+// expectOutput reads output events until the output holds want.
 func (s *stream) expectOutput(want string, wait time.Duration) string {
 	s.t.Helper()
 	var got []byte
 	deadline := time.Now().Add(wait)
 	for !bytes.Contains(got, []byte(want)) {
 		e := s.next(time.Until(deadline))
-		if e.name == "out" {
+		if e.isOutput() {
 			got = append(got, e.bytes(s.t)...)
 		}
 	}
@@ -79,33 +79,41 @@ func TestRawOutputArrivesByteForByte(t *testing.T) {
 	}
 }
 
-// TestUTF8SplitAcrossEventsSurvives: characters cut between events (and
-// between PTY reads) decode whole once the client joins the bytes.
-func TestUTF8SplitAcrossEventsSurvives(t *testing.T) {
-	text := "x" + strings.Repeat("€日本語✓ ", 40000) // 3-byte runes, shifted by one
+// TestUTF8ArrivesWholeAsText: text whose characters the reads of
+// EventBytes (and of the PTY) cut in two arrives as text events only, each
+// of whole characters: the first bytes of a cut character wait for the
+// next event.
+func TestUTF8ArrivesWholeAsText(t *testing.T) {
+	// 3-byte runes, shifted by one, read 1000 bytes at a time: not a
+	// multiple of 3.
+	const eventBytes = 1000
+	text := "x" + strings.Repeat("€日本語✓ ", 40000)
 	path := t.TempDir() + "/utf8"
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m := newManager(t, Config{EventBytes: 1000}) // not a multiple of 3
+	m := newManager(t, Config{EventBytes: eventBytes})
 	term := openShell(t, m, "stty raw -echo; printf R; head -c1 >/dev/null; cat "+path, Options{})
 	s := dial(t, serve(t, term), "", "?from=0")
 	from := s.ready("R")
 	term.Input(1, []byte("g"))
 
 	var out []byte
-	split := 0
+	cut := 0 // events that left a cut character's first bytes behind
 	for off := from; ; {
 		e := s.next(10 * time.Second)
 		if e.name == "exit" {
 			break
 		}
-		if e.name != "out" {
-			t.Fatalf("%s event", e.name)
+		if e.name != "text" {
+			t.Fatalf("%s event %.40q at %d", e.name, e.data, off)
 		}
 		b := e.bytes(t)
-		if !utf8.Valid(b) {
-			split++
+		if !utf8.Valid(b) || !strings.HasPrefix(text[len(out):], string(b)) {
+			t.Fatalf("event at %d: %d bytes, not the text from there", off, len(b))
+		}
+		if len(b) >= eventBytes-2 && len(b) < eventBytes {
+			cut++
 		}
 		off += uint64(len(b))
 		if e.offset(t) != off {
@@ -113,8 +121,8 @@ func TestUTF8SplitAcrossEventsSurvives(t *testing.T) {
 		}
 		out = append(out, b...)
 	}
-	if split == 0 {
-		t.Fatal("no event cut a character: the test proves nothing")
+	if cut == 0 {
+		t.Fatal("no read cut a character: the test proves nothing")
 	}
 	if string(out) != text {
 		t.Fatalf("text differs: got %d bytes, want %d", len(out), len(text))
@@ -148,7 +156,7 @@ func TestReconnectResumesExactly(t *testing.T) {
 				exited = true
 				break
 			}
-			if e.name != "out" {
+			if !e.isOutput() {
 				t.Fatalf("connection %d: %s event %q", conn, e.name, e.data)
 			}
 			b := e.bytes(t)
@@ -306,7 +314,7 @@ func TestSlowViewerPausesProducer(t *testing.T) {
 		t.Helper()
 		for end := off + n; off < end; {
 			e := s.next(10 * time.Second)
-			if e.name != "out" {
+			if !e.isOutput() {
 				t.Fatalf("%s event %q at %d", e.name, e.data, off)
 			}
 			for _, c := range e.bytes(t) {
@@ -402,7 +410,7 @@ func TestLaggingViewerIsDroppedWithResync(t *testing.T) {
 	// fills at once and the server's write to it stalls.
 	for end := off + 32<<20; off < end; {
 		e := fast.next(5 * time.Second)
-		if e.name != "out" {
+		if !e.isOutput() {
 			t.Fatalf("the reading viewer got %s at %d", e.name, off)
 		}
 		off = e.offset(t)
@@ -415,7 +423,7 @@ func TestLaggingViewerIsDroppedWithResync(t *testing.T) {
 			reached = e.offset(t)
 			break
 		}
-		if e.name != "out" {
+		if !e.isOutput() {
 			t.Fatalf("the stopped viewer got %s before resync", e.name)
 		}
 		reached = e.offset(t)
