@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -22,47 +21,18 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"atelier/meter"
+	"atelier/testrig/chromium"
 	"atelier/testrig/wait"
 )
-
-// chromium finds Debian's chromium, which the README's test command installs.
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{os.Getenv("ATELIER_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
-		if p != "" {
-			if _, err := os.Stat(p); err == nil {
-				return p
-			}
-		}
-	}
-	if p, err := exec.LookPath("chromium"); err == nil {
-		return p
-	}
-	t.Fatal("chromium not found: run the README's test command (it installs Debian's chromium) or set ATELIER_CHROMIUM")
-	return ""
-}
 
 // browser starts a headless Chromium for the test.
 func browser(t *testing.T) context.Context {
 	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium(t)),
-		chromedp.NoSandbox, // root in CI
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(alloc)
-	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
-	// The first action starts the browser and ties it to its context, so it
-	// must run on this long-lived one, not on a step's deadline.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting chromium: %v", err)
+	ctx, cancel, err := chromium.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(cancel)
 	return ctx
 }
 
