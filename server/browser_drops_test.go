@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"atelier/testrig/flakynet"
+	"atelier/testrig/termdrop"
 	"atelier/testrig/wait"
 )
 
@@ -115,112 +115,6 @@ func (p terminalPage) waitLive(what string) {
 	})
 }
 
-// rows is the terminal's screen, row by row, trimmed.
-func (p terminalPage) rows() []string {
-	p.t.Helper()
-	s, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](shownRows))
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	rows := strings.Split(s, "\n")
-	for i, r := range rows {
-		rows[i] = strings.TrimSpace(r)
-	}
-	return rows
-}
-
-// recordStatus has the page note every change of the tab's status with
-// its time, so a state that lasts a moment (reconnecting, for a stream
-// that opens again at once) is not missed between two looks.
-func (p terminalPage) recordStatus() {
-	p.t.Helper()
-	const js = `(() => {
-		const el = document.querySelector(".terminal-tab.current .terminal-status");
-		window.statusSeen = [];
-		const note = () => window.statusSeen.push({at: Date.now(), text: el.textContent});
-		note();
-		new MutationObserver(note).observe(el, {subtree: true, childList: true, characterData: true});
-		return true;
-	})()`
-	if _, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](js)); err != nil {
-		p.t.Fatal(err)
-	}
-}
-
-// firstSaid is when the tab's status first held text at or after since
-// (the zero time if it has not), as recordStatus saw it.
-func (p terminalPage) firstSaid(text string, since time.Time) time.Time {
-	p.t.Helper()
-	at, err := chromedp.Run(p.ctx, chromedp.Evaluate[int64](fmt.Sprintf(
-		`(window.statusSeen.find((e) => e.at >= %d && e.text.includes(%q)) ?? {at: 0}).at`, since.UnixMilli(), text)))
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	if at == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(at)
-}
-
-// A typist types numbered command lines, 3 keys every 100 ms (30 keys a
-// second, a fast typist's pace), each line's output a number its echo
-// does not show: line n is `echo $((1000+n))`, its output 1000+n.
-type typist struct {
-	term  terminalPage
-	lines []int  // the numbers of the lines begun, in order
-	rest  string // what is left to type of the current line
-	keys  int    // keys typed in all
-}
-
-const (
-	keysPerTick = 3
-	typingTick  = 100 * time.Millisecond
-)
-
-func commandLine(n int) string { return fmt.Sprintf("echo $((1000+%d))\r", n) }
-
-// typeFor types for d, and on to the end of the line it is in.
-func (ty *typist) typeFor(d time.Duration) {
-	end := time.Now().Add(d)
-	next := time.Now()
-	for ty.rest != "" || time.Now().Before(end) {
-		if ty.rest == "" {
-			n := len(ty.lines) + 1
-			ty.lines = append(ty.lines, n)
-			ty.rest = commandLine(n)
-		}
-		k := min(keysPerTick, len(ty.rest))
-		ty.term.typeKeys(ty.rest[:k])
-		ty.rest = ty.rest[k:]
-		ty.keys += k
-		next = next.Add(typingTick)
-		time.Sleep(time.Until(next))
-	}
-}
-
-// outputs is the numbered lines whose outputs the screen shows, in the
-// order it shows them.
-func (ty *typist) outputs() []int {
-	var got []int
-	for _, r := range ty.term.rows() {
-		if n, err := strconv.Atoi(r); err == nil && len(r) == 4 {
-			got = append(got, n-1000)
-		}
-	}
-	return got
-}
-
-// dropFigures is what one drop of the network measured.
-type dropFigures struct {
-	mode      flakynet.Mode
-	typed     int           // keys typed while the network dropped and the second before
-	delivered int           // keys whose lines ran, each time they ran
-	noticed   time.Duration // from the drop to the tab saying reconnecting
-	drop      time.Duration // from the drop to the network's return
-	recovered time.Duration // from the network's return to the last line's output
-	caughtUp  time.Duration // from the drop to the last line's output
-}
-
 // Typing through the network's drops, as a person would meet them, through
 // a proxy between the browser and the server: every connection reset, a
 // partition (connections open, nothing moves, until it heals), and
@@ -236,88 +130,69 @@ func TestBrowserTerminalThroughDrops(t *testing.T) {
 	_, id := editable(t, h)
 	flaky := listenFlaky(t, h)
 	ctx := browser(t)
-	// A window tall enough for all of a drop's lines on the screen: at
-	// most 8 lines, an echo and an output row each, and a prompt.
-	if err := do(ctx, chromedp.EmulateViewport(1280, 1800)); err != nil {
+	page, err := termdrop.Prepare(ctx, termdrop.Atelier)
+	if err != nil {
 		t.Fatal(err)
 	}
 	term := openTerminalPage(t, ctx, flaky.URL(), id)
 	term.waitLive("the terminal to start")
-	rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](
-		`document.querySelector(".terminal-pane:not([hidden])").shadowRoot.querySelector(".xterm-rows").childElementCount`))
-	if err != nil || rows < 20 {
-		t.Fatalf("the terminal has %d rows (%v), want 20 for a drop's lines", rows, err)
-	}
-	term.recordStatus()
-	ty := &typist{term: term}
+	ty := termdrop.NewTypist(page)
 
 	// The page's own bound: two heartbeats and a second of silence, seen
 	// by a watch that looks once a second; and some slack for a busy
 	// machine.
 	noticeWithin := 2*heartbeat + 2*time.Second + 2*time.Second
-	const typing = 3 * time.Second
-	var figures []dropFigures
+	type seen struct {
+		termdrop.Figures
+		noticed time.Time // when the tab first said reconnecting
+	}
+	var figures []seen
 	for _, mode := range []flakynet.Mode{flakynet.Reset, flakynet.Hole, flakynet.Strand} {
-		// A clean screen, so each drop's lines are all on it.
-		term.typeKeys(`printf '\e[H\e[2J'` + "\r")
-		wait.ForNil(t, wait.Long, "the screen to clear", func() error {
-			if got := ty.outputs(); len(got) > 0 {
-				return fmt.Errorf("it shows the outputs of lines %v", got)
-			}
-			return nil
-		})
-		first, keys := len(ty.lines), ty.keys
-		ty.typeFor(time.Second)
-		dropped := time.Now()
-		flaky.Set(mode)
-		ty.typeFor(typing)
-		// The drop lasts until the tab has said so, if that takes longer.
+		// The drop lasts until the tab has said so, if that takes longer
+		// than the typing.
 		var noticed time.Time
-		if !wait.Until(wait.Span(noticeWithin-time.Since(dropped)), func() bool {
-			noticed = term.firstSaid("reconnecting", dropped)
-			return !noticed.IsZero()
-		}) {
-			t.Fatalf("%v: the tab did not say reconnecting within %v of the drop; it says %q", mode, noticeWithin, term.status())
-		}
-		if term.firstSaid("keys waiting", dropped).IsZero() {
-			t.Errorf("%v: the tab never said keys were waiting while the network was gone", mode)
-		}
-		returned := time.Now()
-		flaky.Set(flakynet.Pass)
-		last := ty.lines[len(ty.lines)-1]
-		wait.ForNil(t, wait.Long, fmt.Sprintf("%v: the last line's output", mode), func() error {
-			if got := ty.outputs(); !slices.Contains(got, last) {
-				return fmt.Errorf("the screen shows the outputs of lines %v", got)
+		hold := func(dropped time.Time) error {
+			var err error
+			if !wait.Until(wait.Span(noticeWithin-time.Since(dropped)), func() bool {
+				noticed, err = page.Said("reconnecting", dropped)
+				return err != nil || !noticed.IsZero()
+			}) {
+				return fmt.Errorf("the tab did not say reconnecting within %v of the drop; it says %q", noticeWithin, term.status())
 			}
-			return nil
-		})
-		shown := time.Now()
-		term.waitLive(fmt.Sprintf("%v: every key sent", mode))
-
-		want := ty.lines[first:]
-		got := ty.outputs()
-		delivered := 0
-		for _, n := range got {
-			delivered += len(commandLine(n))
+			return err
 		}
-		f := dropFigures{mode: mode, typed: ty.keys - keys, delivered: delivered,
-			noticed: noticed.Sub(dropped), drop: returned.Sub(dropped), recovered: shown.Sub(returned), caughtUp: shown.Sub(dropped)}
-		figures = append(figures, f)
-		if !slices.Equal(got, want) {
+		f, err := ty.Through(flaky, termdrop.Drop{Mode: mode, Hold: hold, Recover: wait.Long})
+		if err != nil {
+			t.Fatalf("%v: %v", mode, err)
+		}
+		if waiting, err := page.Said("keys waiting", f.Dropped); err != nil || waiting.IsZero() {
+			t.Errorf("%v: the tab never said keys were waiting while the network was gone (%v)", mode, err)
+		}
+		if f.Shown.IsZero() {
+			t.Fatalf("%v: the last line's output did not show within %v of the network's return; the lines that ran: %v; the screen:\n%s",
+				mode, wait.Long.Duration(), f.Ran, term.screen())
+		}
+		term.waitLive(fmt.Sprintf("%v: every key sent", mode))
+		figures = append(figures, seen{f, noticed})
+		if !slices.Equal(f.Ran, f.Lines) {
 			t.Errorf("%v: the lines that ran, in order: %v; want each of %v once; the screen:\n%s",
-				mode, got, want, strings.Join(term.rows(), "\n"))
+				mode, f.Ran, f.Lines, term.screen())
+		}
+		if f.Shell != f.ShellBefore {
+			t.Errorf("%v: the shell was %d before the drop and %d after", mode, f.ShellBefore, f.Shell)
 		}
 		// New connections pass all through a strand: the network is back
 		// the moment the old connections go, and so the bound counts from
 		// then.
-		if mode == flakynet.Strand && f.caughtUp > 10*time.Second {
-			t.Errorf("stranded connections: the terminal caught up %v after they were stranded, want within 10 s", f.caughtUp)
+		if caughtUp := f.Shown.Sub(f.Dropped); mode == flakynet.Strand && caughtUp > 10*time.Second {
+			t.Errorf("stranded connections: the terminal caught up %v after they were stranded, want within 10 s", caughtUp)
 		}
 	}
 	// In the README's words (Terminals).
 	for _, f := range figures {
 		t.Logf("%-6v: %d keys typed, %d delivered; reconnecting shown %.1f s into the drop; network back after %.1f s; last output %.1f s after that (%.1f s after the drop began)",
-			f.mode, f.typed, f.delivered, f.noticed.Seconds(), f.drop.Seconds(), f.recovered.Seconds(), f.caughtUp.Seconds())
+			f.Mode, f.Typed, f.Delivered(), f.noticed.Sub(f.Dropped).Seconds(), f.Returned.Sub(f.Dropped).Seconds(),
+			f.Shown.Sub(f.Returned).Seconds(), f.Shown.Sub(f.Dropped).Seconds())
 	}
 }
 
