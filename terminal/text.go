@@ -1,8 +1,10 @@
 package terminal
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"math/bits"
 	"strconv"
 	"unicode/utf8"
@@ -270,4 +272,55 @@ func appendJSONString(b, text []byte) []byte {
 	}
 	b = append(b, text[start:]...)
 	return append(b, '"')
+}
+
+// AppendText appends the text a text event's data carries, a JSON
+// string, to dst: a lean client's decoder, which copies the runs between
+// escapes whole (encoding/json's Unmarshal checks and copies the string
+// more than once).
+func AppendText(dst, data []byte) ([]byte, error) {
+	if len(data) < 2 || data[0] != '"' || data[len(data)-1] != '"' {
+		return dst, errors.New("text data is not a JSON string")
+	}
+	q := data[1 : len(data)-1]
+	for {
+		i := bytes.IndexByte(q, '\\')
+		if i < 0 {
+			return append(dst, q...), nil
+		}
+		dst = append(dst, q[:i]...)
+		if i+1 == len(q) {
+			return dst, errors.New("text data ends in a backslash")
+		}
+		c := q[i+1]
+		q = q[i+2:]
+		switch c {
+		case '"', '\\', '/':
+			dst = append(dst, c)
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			// The server writes \u only for control characters; any other
+			// character, surrogate halves too, would come as itself.
+			if len(q) < 4 {
+				return dst, errors.New("text data: short \\u escape")
+			}
+			r, err := strconv.ParseUint(string(q[:4]), 16, 16)
+			if err != nil || r >= 0xd800 && r < 0xe000 {
+				return dst, errors.New("text data: bad \\u escape")
+			}
+			dst = utf8.AppendRune(dst, rune(r))
+			q = q[4:]
+		default:
+			return dst, errors.New("text data: unknown escape")
+		}
+	}
 }

@@ -329,7 +329,7 @@ func BenchmarkOutputEvents(b *testing.B) {
 
 // BenchmarkDecodeEvents: what a Go client spends decoding the data of the
 // events BenchmarkOutputEvents measures: a text event's JSON string, with
-// encoding/json or appendUnquoted, against an out event's base64. MB/s is
+// encoding/json or AppendText, against an out event's base64. MB/s is
 // of output decoded.
 func BenchmarkDecodeEvents(b *testing.B) {
 	source := sourceCode(b)
@@ -354,7 +354,7 @@ func BenchmarkDecodeEvents(b *testing.B) {
 		b.ReportAllocs()
 		dst := make([]byte, 0, len(text))
 		for b.Loop() {
-			d, err := appendUnquoted(dst[:0], jsonData)
+			d, err := AppendText(dst[:0], jsonData)
 			if err != nil || len(d) != len(text) {
 				b.Fatal(err)
 			}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/creack/pty"
 
+	wire "atelier/terminal"
 	"atelier/testrig/liveserver"
 )
 
@@ -213,7 +214,7 @@ func terminalRows(rounds []terminalRound, keys int, catBytes int64, whyNot strin
 	// Where a keystroke's time goes: Atelier's handlers (from its own
 	// request metrics), and what is left of the floor.
 	keyNote := "Atelier's handlers take " + msNum(handler.median()) + " ms of a key"
-	tputRow := row{measure: fmt.Sprintf("terminal throughput (cat of %d MiB, cooked terminal, client decoding base64 (Atelier) or WebSocket frames (ttyd))", catBytes>>20),
+	tputRow := row{measure: fmt.Sprintf("terminal throughput (cat of %d MiB, cooked terminal, client decoding text and base64 events (Atelier) or WebSocket frames (ttyd))", catBytes>>20),
 		atelier: mbsFig(atRate),
 		anchor:  "raw PTY " + mbsFig(rawRate) + "; ",
 		target:  "≥ ttyd's and ≥ 0.85 of the raw PTY"}
@@ -481,6 +482,12 @@ func (s *shell) attach() error {
 					return
 				}
 				s.out <- dec[:n]
+			case bytes.HasPrefix(line, []byte("data: ")) && event == "text":
+				dec, err := wire.AppendText(nil, line[6:])
+				if err != nil {
+					return
+				}
+				s.out <- dec
 			}
 		}
 	}()
