@@ -12,6 +12,13 @@
 //	go run ./cmd/bench                          # the sizes of issue 15, 3 rounds
 //	go run ./cmd/bench -ttyd-src /path/to/ttyd  # and build ttyd when it is not on PATH
 //	go run ./cmd/bench -short                   # a few seconds of measuring, 1 round, for CI
+//
+// With -drops it measures instead what a person typing into a terminal in
+// Chromium meets when the network drops (resets, partitions, stranded
+// connections, through a loopback proxy), on Atelier and on ttyd typed
+// into the same way, and prints that table (drops.go); a few minutes.
+//
+//	go run ./cmd/bench -drops
 package main
 
 import (
@@ -28,7 +35,17 @@ func main() {
 	short := flag.Bool("short", false, "small sizes and 1 round, to check that every row still measures (CI)")
 	rounds := flag.Int("rounds", 0, "rounds of every measure, the median printed (default 3, or 1 with -short)")
 	ttydSrc := flag.String("ttyd-src", os.Getenv(ttydSrcEnv), "ttyd's source folder, built into the user's cache folder when ttyd is not on PATH (default $"+ttydSrcEnv+")")
+	drops := flag.Bool("drops", false, "measure typing through network drops in Chromium, on Atelier and on ttyd, instead")
 	flag.Parse()
+	if *drops {
+		table, err := runDrops(*ttydSrc, os.Stderr)
+		fmt.Print(table)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	sz := sizesFor(*short)
 	if *rounds > 0 {
 		sz.rounds = *rounds

@@ -102,7 +102,9 @@ type ttydServer struct {
 	token string // what the browser page sends: base64 of user:password
 }
 
-func startTTYD(bin, dir string, logw io.Writer) (*ttydServer, error) {
+// startTTYD starts ttyd serving bash in dir, each of clientOptions
+// ("key=value") passed to its page with -t.
+func startTTYD(bin, dir string, logw io.Writer, clientOptions ...string) (*ttydServer, error) {
 	addr, err := liveserver.FreeAddr()
 	if err != nil {
 		return nil, err
@@ -112,8 +114,11 @@ func startTTYD(bin, dir string, logw io.Writer) (*ttydServer, error) {
 	_, _ = rand.Read(secret)
 	credential := "bench:" + hex.EncodeToString(secret)
 	// -d 3: errors and warnings only; -W: the page may type.
-	cmd := exec.Command(bin, "-i", host, "-p", port, "-W", "-d", "3", "-c", credential, "-w", dir,
-		"bash", "--noprofile", "--norc")
+	args := []string{"-i", host, "-p", port, "-W", "-d", "3", "-c", credential, "-w", dir}
+	for _, o := range clientOptions {
+		args = append(args, "-t", o)
+	}
+	cmd := exec.Command(bin, append(args, "bash", "--noprofile", "--norc")...)
 	cmd.Stdout, cmd.Stderr = logw, logw
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench: start ttyd: %w", err)
