@@ -65,9 +65,9 @@ type dropTerminal struct {
 	close func()
 }
 
-// runDrops measures every drop on Atelier and on ttyd, taking turns, and
-// renders the table.
-func runDrops(ttydSrc string, logw io.Writer) (string, error) {
+// runDrops measures each of drops on Atelier and on ttyd, taking turns,
+// and renders the table.
+func runDrops(drops []networkDrop, ttydSrc string, logw io.Writer) (string, error) {
 	b, err := newBench(sizes{}, ttydSrc, logw)
 	if err != nil {
 		return "", err
@@ -99,7 +99,7 @@ func runDrops(ttydSrc string, logw io.Writer) (string, error) {
 
 	var out strings.Builder
 	out.WriteString("| drop | terminal | keys typed / delivered | lines run once / twice or more / never | the page said (s into the drop) | the shell after | outputs still on the screen | last output |\n|---|---|---|---|---|---|---|---|\n")
-	for _, d := range networkDrops {
+	for _, d := range drops {
 		for _, term := range terminals {
 			b.logf("drops: %v for %v on %s", d.mode, d.length, term.name)
 			if err := term.open(); err != nil {
@@ -116,7 +116,7 @@ func runDrops(ttydSrc string, logw io.Writer) (string, error) {
 			out.WriteString(dropRow(f, term.name).String())
 		}
 		if tt == nil {
-			out.WriteString(dropCells{dropName(termdrop.Figures{Mode: d.mode}), "ttyd", "not measured (" + whyNot + ")", "", "", "", "", ""}.String())
+			out.WriteString(dropCells{dropName(termdrop.Figures{Mode: d.mode}), "ttyd", "not measured (" + whyNot + ")", "–", "–", "–", "–", "–"}.String())
 		}
 	}
 	return out.String(), nil

@@ -38,7 +38,7 @@ func main() {
 	drops := flag.Bool("drops", false, "measure typing through network drops in Chromium, on Atelier and on ttyd, instead")
 	flag.Parse()
 	if *drops {
-		table, err := runDrops(*ttydSrc, os.Stderr)
+		table, err := runDrops(networkDrops, *ttydSrc, os.Stderr)
 		fmt.Print(table)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
