@@ -449,13 +449,17 @@
       // last byte shown; the status says for how long nothing came.
       watch() {
         if (this.ended || this.closed) return;
-        if (this.source && Date.now() - this.lastHeard > silentFor) {
-          this.source.close();
-          this.source = null;
-          this.setState("reconnecting");
-          this.connect();
-        }
+        if (this.source && Date.now() - this.lastHeard > silentFor) this.restartStream();
         this.renderStatus();
+      }
+
+      // restartStream closes a stream taken for dead and opens it again
+      // from the last byte shown.
+      restartStream() {
+        this.source.close();
+        this.source = null;
+        this.setState("reconnecting");
+        this.connect();
       }
 
       heard() {
@@ -783,6 +787,7 @@
         const seq = this.inflight.seq;
         this.keepTyping();
         let delay = 100;
+        let sentAt = 0;
         try {
           for (;;) {
             if (this.ended || this.closed) return;
@@ -790,12 +795,18 @@
             try {
               // The batch as it is now: a discard empties it.
               const batch = this.inflight ? this.inflight.bytes : new Uint8Array(0);
+              sentAt = Date.now();
               res = await call("POST", terminalURL(this.id, "input"), batch, {
                 "Content-Type": "application/octet-stream",
                 "X-Input-Seq": String(seq),
               }, INPUT_TIMEOUT);
             } catch (_) {
-              // network trouble, or no answer in time: retry below
+              // Network trouble, or no answer in time: retry below. A
+              // stream that has said nothing since the keys went is likely
+              // on a dead connection too, and holds one of the few a
+              // browser keeps to a server, which the retry may be queued
+              // behind: it is opened again from its last byte.
+              if (this.source && this.lastHeard < sentAt) this.restartStream();
             }
             if (res && res.ok) {
               this.seq = seq + 1;

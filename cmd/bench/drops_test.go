@@ -5,22 +5,23 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"atelier/testrig/flakynet"
 )
 
-// TestShortDrops types through a 3 s partition on Atelier, and on ttyd
-// when it is found as TestShortBench finds it (a short partition makes
-// neither wait), so the drop measure keeps working as the pages change.
-// Atelier's row is held to what its own drop test holds it to: every key
-// delivered, each line run once, the same shell after; ttyd's row
-// measures it or says why not.
+// TestShortDrops types through a strand on Atelier, and on ttyd when it
+// is found as TestShortBench finds it, so the drop measure keeps working
+// as the pages change. Atelier's row is held to what its own drop test
+// holds it to: every key delivered, each line run once, the same shell
+// after; and, with the heartbeat it ships (15 s), the terminal caught up
+// within 20 s of the strand (31.6 s while only two missed heartbeats
+// found the stream dead; issue 26 asks for 10), which the drop test's
+// short heartbeat cannot tell. ttyd's row measures it or says why not.
 func TestShortDrops(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("precondition: root, since the embedded PostgreSQL runs as the postgres account")
 	}
-	table, err := runDrops([]networkDrop{{flakynet.Hole, 3 * time.Second}}, os.Getenv(ttydSrcEnv), os.Stderr)
+	table, err := runDrops([]networkDrop{{flakynet.Strand, 0}}, os.Getenv(ttydSrcEnv), os.Stderr)
 	t.Log("\n" + table)
 	if err != nil {
 		t.Fatal(err)
@@ -36,8 +37,9 @@ func TestShortDrops(t *testing.T) {
 	if at[5] != "the same" {
 		t.Errorf("Atelier: the shell after the drop is %q, want the same", at[5])
 	}
-	if !strings.HasSuffix(at[7], "s after the network's return") {
-		t.Errorf("Atelier: the last output %q, want it shown", at[7])
+	var caughtUp float64
+	if _, err := fmt.Sscanf(at[7], "%f s after the strand", &caughtUp); err != nil || caughtUp > 20 {
+		t.Errorf("Atelier: the last output %q, want it shown within 20 s of the strand", at[7])
 	}
 	tt := dropCellsOf(t, table, "ttyd")
 	if _, err := fmt.Sscanf(tt[2], "%d / %d", &typed, &delivered); err != nil && !strings.HasPrefix(tt[2], "not measured (") {
