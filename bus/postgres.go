@@ -27,7 +27,10 @@ type Options struct {
 	// notification leaves when its statement commits.
 	Notify func(ctx context.Context, channel, payload string) error
 	Log    *slog.Logger
-	// Queue is how many messages may wait for one subscriber; 256.
+	// Queue is how many messages may wait for one subscriber; 1,024.
+	// Every event and hint of every instance passes through one
+	// subscriber's queue, whose goroutine a busy host may not run for a
+	// moment; at 7,000 bytes a message at most, a full queue holds 7 MB.
 	Queue int
 	// Backoff is the first wait before the listener connects again after
 	// it lost its connection, doubled after each failure up to MaxBackoff;
@@ -60,7 +63,7 @@ func NewPostgres(ctx context.Context, opts Options) (*Postgres, error) {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	if opts.Queue <= 0 {
-		opts.Queue = 256
+		opts.Queue = 1024
 	}
 	if opts.Backoff <= 0 {
 		opts.Backoff = 100 * time.Millisecond
