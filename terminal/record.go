@@ -187,10 +187,10 @@ func (t *Terminal) StopRecording() (*Recording, error) {
 	return r, nil
 }
 
-// recorded hands what the shell wrote, or a new size, to the recording
-// under way, and lets go of a recording that reached its bound.
-func (t *Terminal) recorded(record func(r *Recording, now time.Time) bool) {
-	r := t.rec.Load()
+// recorded hands what the shell wrote, or a new size, to r, the recording
+// that was under way when it happened (nil: none), and lets go of a
+// recording that reached its bound.
+func (t *Terminal) recorded(r *Recording, record func(r *Recording, now time.Time) bool) {
 	if r == nil || record(r, time.Now()) {
 		return
 	}

@@ -279,7 +279,7 @@ func (t *Terminal) Resize(cols, rows int) error {
 		return err
 	}
 	t.cols, t.rows = cols, rows
-	t.recorded(func(r *Recording, now time.Time) bool { return r.resize(cols, rows, now) })
+	t.recorded(t.rec.Load(), func(r *Recording, now time.Time) bool { return r.resize(cols, rows, now) })
 	return nil
 }
 
@@ -328,9 +328,12 @@ func (t *Terminal) read() {
 		}
 		n, err := t.stream.Read(buf)
 		if n > 0 {
+			// The recording is the one under way before viewers see the
+			// bytes: one started by someone who saw them starts after.
+			rec := t.rec.Load()
 			t.out.writePaced(buf[:n])
-			if t.rec.Load() != nil {
-				t.recorded(func(r *Recording, now time.Time) bool { return r.output(buf[:n], now) })
+			if rec != nil {
+				t.recorded(rec, func(r *Recording, now time.Time) bool { return r.output(buf[:n], now) })
 			}
 		}
 		if err != nil {
