@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,24 +29,40 @@ type bench struct {
 	logw     io.Writer
 	srv      *liveserver.Server
 	c        *liveserver.Client
+	noDisk   *liveserver.Server // the same server with the disk bound off, while commands runs
 	tmp      string
 	stopTTYD func() // set while ttyd runs
 }
 
+// benchLimits are the only settings the bench's servers change: each
+// round opens sessions and imports trees of its own, all as one account,
+// and the Go build imports a module with its dependencies, so the bounds
+// on what one person may hold and import at once must not stop the rounds.
+// None of them changes how fast anything runs.
+var benchLimits = []string{"ATELIER_IMPORT_MAX_BYTES=" + strconv.Itoa(1<<30), "ATELIER_IMPORTS_PER_HOUR=1000",
+	"ATELIER_MAX_SESSIONS_PER_USER=1000"}
+
+// startServer starts a server with the shipped defaults but benchLimits
+// and env, and signs in as its admin.
+func startServer(logw io.Writer, env ...string) (*liveserver.Server, *liveserver.Client, error) {
+	srv, err := liveserver.Start(logw, append(slices.Clone(benchLimits), env...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := liveserver.SignIn(srv.Base, "admin", liveserver.AdminPassword)
+	if err != nil {
+		srv.Stop()
+		return nil, nil, err
+	}
+	return srv, c, nil
+}
+
 func newBench(sz sizes, ttydSrc string, logw io.Writer) (*bench, error) {
-	// Each round opens a session on a project of its own, all as one
-	// account: -rounds past the person's bound of sessions must still run.
-	srv, err := liveserver.Start(logw, "ATELIER_SANDBOX_DISK_BYTES=0",
-		"ATELIER_IMPORT_MAX_BYTES="+strconv.Itoa(1<<30), "ATELIER_IMPORTS_PER_HOUR=1000",
-		"ATELIER_MAX_SESSIONS_PER_USER=1000")
+	srv, c, err := startServer(logw)
 	if err != nil {
 		return nil, err
 	}
-	b := &bench{sz: sz, ttydSrc: ttydSrc, logw: logw, srv: srv}
-	if b.c, err = liveserver.SignIn(srv.Base, "admin", liveserver.AdminPassword); err != nil {
-		srv.Stop()
-		return nil, err
-	}
+	b := &bench{sz: sz, ttydSrc: ttydSrc, logw: logw, srv: srv, c: c}
 	if b.tmp, err = os.MkdirTemp("", "atelier-bench-"); err != nil {
 		srv.Stop()
 		return nil, err
@@ -57,6 +74,9 @@ func (b *bench) close() {
 	if b.stopTTYD != nil {
 		b.stopTTYD()
 	}
+	if b.noDisk != nil {
+		b.noDisk.Stop()
+	}
 	b.srv.Stop()
 	os.RemoveAll(b.tmp)
 }
@@ -66,19 +86,35 @@ func (b *bench) logf(format string, args ...any) { fmt.Fprintf(b.logw, "bench: "
 // session makes a project, imports archive into it when given, and opens
 // an edit session: the answer is the session's URL.
 func (b *bench) session(name string, archive []byte) (string, error) {
-	id, err := b.c.CreateProject(name)
+	id, err := project(b.c, name, archive)
 	if err != nil {
 		return "", err
 	}
+	return openSession(b.c, id)
+}
+
+// project makes a project through c and imports archive into it when
+// given.
+func project(c *liveserver.Client, name string, archive []byte) (int64, error) {
+	id, err := c.CreateProject(name)
+	if err != nil {
+		return 0, err
+	}
 	if archive != nil {
-		if err := b.c.Import(id, name+".tar.gz", archive); err != nil {
-			return "", err
+		if err := c.Import(id, name+".tar.gz", archive); err != nil {
+			return 0, err
 		}
 	}
+	return id, nil
+}
+
+// openSession opens an edit session of project id through c: the answer
+// is the session's URL.
+func openSession(c *liveserver.Client, id int64) (string, error) {
 	var s struct {
 		ID string `json:"id"`
 	}
-	if err := b.c.PostJSON(fmt.Sprintf("/projects/%d/sessions", id), nil, &s); err != nil {
+	if err := c.PostJSON(fmt.Sprintf("/projects/%d/sessions", id), nil, &s); err != nil {
 		return "", fmt.Errorf("bench: open session: %w", err)
 	}
 	return fmt.Sprintf("/projects/%d/sessions/%s", id, s.ID), nil
@@ -210,28 +246,35 @@ func terminalRows(rounds []terminalRound, keys int, catBytes int64, whyNot strin
 		atelier: msFig(atP50) + " / " + msFig(atP99),
 		anchor: "raw PTY " + msFig(rawP50) + " / " + msFig(rawP99) +
 			"; HTTP floor (the same POST to a bare Go server in another process) " + msFig(floorP50) + " / " + msFig(floorP99) + "; ",
-		target: "p50 ≤ 2 × ttyd's and ≤ 0.4 ms; p99 ≤ 2 × ttyd's"}
+		target: "p50 ≤ 0.4 ms; p99 shown beside the HTTP floor's"}
+	p50, p99, rate := atP50.median(), atP99.median(), atRate.median()
 	// Where a keystroke's time goes: Atelier's handlers (from its own
 	// request metrics), and what is left of the floor.
-	keyNote := "Atelier's handlers take " + msNum(handler.median()) + " ms of a key"
+	keyNote := fmt.Sprintf("p99 %.1f × the HTTP floor's; Atelier's handlers take %s ms of a key", p99/floorP99.median(), msNum(handler.median()))
 	tputRow := row{measure: fmt.Sprintf("terminal throughput (cat of %d MiB, cooked terminal, client decoding text and base64 events (Atelier) or WebSocket frames (ttyd))", catBytes>>20),
 		atelier: mbsFig(atRate),
 		anchor:  "raw PTY " + mbsFig(rawRate) + "; ",
-		target:  "≥ ttyd's and ≥ 0.85 of the raw PTY"}
-	p50, p99, rate := atP50.median(), atP99.median(), atRate.median()
+		target:  "≥ ttyd's in every round and ≥ 0.9 of the raw PTY"}
 	if whyNot != "" {
 		keyRow.anchor += "ttyd: not measured (" + whyNot + ")"
-		keyRow.result = judge(keyNote+"; ttyd's share not judged", atMost("p50", p50, 0.0004, "0.4 ms"))
+		keyRow.result = judge(keyNote, atMost("p50", p50, 0.0004, "0.4 ms"))
 		tputRow.anchor += "ttyd: not measured (" + whyNot + ")"
-		tputRow.result = judge("ttyd's share not judged", shareOf(rate, rawRate.median(), 0.85, "raw"))
+		tputRow.result = judge("ttyd's share not judged", shareOf(rate, rawRate.median(), 0.9, "raw"))
 		return []row{keyRow, tputRow}
 	}
 	keyRow.anchor += "ttyd " + msFig(ttydP50) + " / " + msFig(ttydP99)
-	keyNote += fmt.Sprintf("; the HTTP floor alone is %.1f × ttyd's p50", floorP50.median()/ttydP50.median())
-	keyRow.result = judge(keyNote, atMost("p50", p50, 0.0004, "0.4 ms"),
-		atMost("p50", p50, 2*ttydP50.median(), "2 × ttyd's"), atMost("p99", p99, 2*ttydP99.median(), "2 × ttyd's"))
+	keyNote += fmt.Sprintf("; ttyd's p50 %.1f ×, p99 %.1f × the floor's", ttydP50.median()/floorP50.median(), ttydP99.median()/floorP99.median())
+	keyRow.result = judge(keyNote, atMost("p50", p50, 0.0004, "0.4 ms"))
 	tputRow.anchor += "ttyd " + mbsFig(ttydRate)
-	tputRow.result = judge("", shareOf(rate, ttydRate.median(), 1, "ttyd"), shareOf(rate, rawRate.median(), 0.85, "raw"))
+	// Against ttyd round by round: the worst round's share is the verdict.
+	worst := 0
+	for i, r := range rounds {
+		if r.atelierRate/r.ttydRate < rounds[worst].atelierRate/rounds[worst].ttydRate {
+			worst = i
+		}
+	}
+	tputRow.result = judge("", shareOf(rounds[worst].atelierRate, rounds[worst].ttydRate, 1, "ttyd in its worst round"),
+		shareOf(rate, rawRate.median(), 0.9, "raw"))
 	return []row{keyRow, tputRow}
 }
 
@@ -550,7 +593,13 @@ func (s *stream) settle() {
 // commandRound is one round's command figures, in seconds.
 type commandRound struct {
 	smallP50, largeP50, checkout, importTime float64
-	bash, gitCommit, gitCheckout             float64
+	// The first command of a fresh session of the small project (its
+	// checkout and disk), and of a second session of the large project's
+	// commit, after the first one's.
+	smallFirst, secondFirst float64
+	// The small project's on the server with the disk bound off.
+	bareFirst, bareP50           float64
+	bash, gitCommit, gitCheckout float64
 	// Where the small project's commands went, from the server's metrics
 	// (means): its handler, and the sandbox's run within it.
 	smallHandler, smallSandbox float64
@@ -560,18 +609,28 @@ type commandRound struct {
 }
 
 // commands measures imports, the first command's checkout and one-shot
-// commands on a small and a large project. Each round imports a large tree
-// of its own into a new project, so its import and first command are fresh.
+// commands on a small and a large project, and the small project's on a
+// server with the disk bound off. Each round opens fresh sessions and
+// imports a large tree of its own into a new project, so its import and
+// first commands are fresh.
 func (b *bench) commands() ([]row, error) {
 	small, err := makeTree(b.sz.smallFiles, 0)
 	if err != nil {
 		return nil, err
 	}
-	smallBase, err := b.session("bench-small", small.archive)
+	smallID, err := project(b.c, "bench-small", small.archive)
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := b.oneShots(smallBase, 0); err != nil { // its checkout is not measured
+	b.logf("a second server, with the disk bound off (ATELIER_SANDBOX_DISK_BYTES=0)")
+	bareSrv, bare, err := startServer(b.logw, "ATELIER_SANDBOX_DISK_BYTES=0")
+	if err != nil {
+		return nil, err
+	}
+	b.noDisk = bareSrv
+	defer func() { bareSrv.Stop(); b.noDisk = nil }()
+	bareID, err := project(bare, "bench-small", small.archive)
+	if err != nil {
 		return nil, err
 	}
 
@@ -585,11 +644,20 @@ func (b *bench) commands() ([]row, error) {
 			return nil, err
 		}
 		b.logf("round %d of %d: one-shot commands on %d files", i+1, b.sz.rounds, b.sz.smallFiles)
+		smallBase, err := openSession(b.c, smallID)
+		if err != nil {
+			return nil, err
+		}
+		first, err := oneShot(b.c, smallBase)
+		if err != nil {
+			return nil, err
+		}
+		r.smallFirst = first.Seconds()
 		before, err := b.metrics(commandSeconds, commandRequests, sandboxSeconds, sandboxRuns)
 		if err != nil {
 			return nil, err
 		}
-		_, smallRuns, err := b.oneShots(smallBase, b.sz.runs)
+		smallRuns, err := oneShots(b.c, smallBase, b.sz.runs)
 		if err != nil {
 			return nil, err
 		}
@@ -605,6 +673,21 @@ func (b *bench) commands() ([]row, error) {
 			return nil, err
 		}
 
+		b.logf("round %d of %d: the same with the disk bound off", i+1, b.sz.rounds)
+		bareBase, err := openSession(bare, bareID)
+		if err != nil {
+			return nil, err
+		}
+		if first, err = oneShot(bare, bareBase); err != nil {
+			return nil, err
+		}
+		r.bareFirst = first.Seconds()
+		bareRuns, err := oneShots(bare, bareBase, b.sz.runs)
+		if err != nil {
+			return nil, err
+		}
+		r.bareP50 = liveserver.Percentile(bareRuns, 50).Seconds()
+
 		b.logf("round %d of %d: import of %d files (%d KiB .tar.gz)", i+1, b.sz.rounds, b.sz.largeFiles, len(large.archive)>>10)
 		id, err := b.c.CreateProject(fmt.Sprintf("bench-large-%d", i+1))
 		if err != nil {
@@ -617,20 +700,31 @@ func (b *bench) commands() ([]row, error) {
 		}
 		r.importTime = time.Since(start).Seconds()
 		r.importWriting, r.importPublishing = phases["writing"].Seconds(), phases["publishing"].Seconds()
-		var s struct {
-			ID string `json:"id"`
-		}
-		if err := b.c.PostJSON(fmt.Sprintf("/projects/%d/sessions", id), nil, &s); err != nil {
-			return nil, fmt.Errorf("bench: open session: %w", err)
+		largeBase, err := openSession(b.c, id)
+		if err != nil {
+			return nil, err
 		}
 		b.logf("round %d of %d: one-shot commands on %d files", i+1, b.sz.rounds, b.sz.largeFiles)
-		largeFirst, largeRuns, err := b.oneShots(fmt.Sprintf("/projects/%d/sessions/%s", id, s.ID), b.sz.runs)
+		largeFirst, err := oneShot(b.c, largeBase)
+		if err != nil {
+			return nil, err
+		}
+		largeRuns, err := oneShots(b.c, largeBase, b.sz.runs)
 		if err != nil {
 			return nil, err
 		}
 		largeP50 := liveserver.Percentile(largeRuns, 50)
 		r.largeP50 = largeP50.Seconds()
 		r.checkout = max(largeFirst-largeP50, 0).Seconds()
+		b.logf("round %d of %d: a second session of the same commit", i+1, b.sz.rounds)
+		secondBase, err := openSession(b.c, id)
+		if err != nil {
+			return nil, err
+		}
+		if first, err = oneShot(b.c, secondBase); err != nil {
+			return nil, err
+		}
+		r.secondFirst = first.Seconds()
 
 		b.logf("round %d of %d: anchors: bash -c true, git add and commit, git checkout", i+1, b.sz.rounds)
 		var bashRuns []time.Duration
@@ -661,6 +755,8 @@ func (b *bench) commandRows(rounds []commandRound, archiveBytes int) []row {
 		return f
 	}
 	small, large := col(func(r commandRound) float64 { return r.smallP50 }), col(func(r commandRound) float64 { return r.largeP50 })
+	smallFirst, second := col(func(r commandRound) float64 { return r.smallFirst }), col(func(r commandRound) float64 { return r.secondFirst })
+	bareFirst, bareP50 := col(func(r commandRound) float64 { return r.bareFirst }), col(func(r commandRound) float64 { return r.bareP50 })
 	checkout, imp := col(func(r commandRound) float64 { return r.checkout }), col(func(r commandRound) float64 { return r.importTime })
 	bash := col(func(r commandRound) float64 { return r.bash })
 	gitCommit, gitCheckout := col(func(r commandRound) float64 { return r.gitCommit }), col(func(r commandRound) float64 { return r.gitCheckout })
@@ -676,41 +772,54 @@ func (b *bench) commandRows(rounds []commandRound, archiveBytes int) []row {
 	return []row{
 		{measure: fmt.Sprintf("one-shot `true`, %d-file project, p50 of %d", b.sz.smallFiles, b.sz.runs),
 			atelier: msFig(small), anchor: "`bash -c true` " + msFig(bash),
-			target: "≤ 25 ms", result: judge(smallNote, atMost("", small.median(), 0.025, "25 ms"))},
+			target: "≤ 15 ms", result: judge(smallNote, atMost("", small.median(), 0.015, "15 ms"))},
 		{measure: fmt.Sprintf("one-shot `true`, %d-file project, p50 of %d", b.sz.largeFiles, b.sz.runs),
 			atelier: msFig(large), anchor: fmt.Sprintf("%d-file project %s", b.sz.smallFiles, msFig(small)),
 			target: "≤ 1.2 × the small project's", result: judge("", atMost("", large.median(), 1.2*small.median(), "1.2 × small"))},
+		{measure: fmt.Sprintf("the same with the disk bound off (`ATELIER_SANDBOX_DISK_BYTES=0`): `true`, %d-file project, p50 of %d; a session's first command", b.sz.smallFiles, b.sz.runs),
+			atelier: msFig(bareP50) + "; first " + msFig(bareFirst), anchor: "disk bound on (the default): " + msFig(small) + "; first " + msFig(smallFirst),
+			target: "none: the disk's cost, shown", result: fmt.Sprintf("the disk bound costs %+.1f ms a command, %+.0f ms a session's first",
+				1000*(small.median()-bareP50.median()), 1000*(smallFirst.median()-bareFirst.median()))},
 		{measure: fmt.Sprintf("first command's checkout, %d files (first `true` less the p50)", b.sz.largeFiles),
 			atelier: msFig(checkout), anchor: "`git checkout` " + msFig(gitCheckout),
-			target: "≤ 1.5 × `git checkout`", result: judge(checkoutNote, atMost("", checkout.median(), 1.5*gitCheckout.median(), "1.5 × git"))},
+			target: "≤ 1.2 × `git checkout`", result: judge(checkoutNote, atMost("", checkout.median(), 1.2*gitCheckout.median(), "1.2 × git"))},
+		{measure: fmt.Sprintf("a second session's first command, same commit, %d files", b.sz.largeFiles),
+			atelier: msFig(second), anchor: "`true` in a session with its checkout " + msFig(large),
+			target: "≤ 1.1 × that", result: judge("", atMost("", second.median(), 1.1*large.median(), "1.1 × a checked-out session's"))},
 		{measure: fmt.Sprintf("import, %d files (%.1f MiB .tar.gz over HTTP)", b.sz.largeFiles, float64(archiveBytes)/(1<<20)),
 			atelier: msFig(imp), anchor: "`git init && git add -A && git commit` " + msFig(gitCommit),
-			target: "≤ 2 × git", result: judge(importNote, atMost("", imp.median(), 2*gitCommit.median(), "2 × git"))},
+			target: "≤ 1.5 × git", result: judge(importNote, atMost("", imp.median(), 1.5*gitCommit.median(), "1.5 × git"))},
 	}
 }
 
-// oneShots runs `true` once (the first, which builds the checkout when the
-// session has none yet) and then n times.
-func (b *bench) oneShots(base string, n int) (first time.Duration, runs []time.Duration, err error) {
-	for i := range n + 1 {
-		var res struct {
-			ExitCode int `json:"exitCode"`
-		}
-		start := time.Now()
-		if err := b.c.PostJSON(base+"/commands", url.Values{"command": {"true"}}, &res); err != nil {
-			return 0, nil, fmt.Errorf("bench: command: %w", err)
-		}
-		d := time.Since(start)
-		if res.ExitCode != 0 {
-			return 0, nil, fmt.Errorf("bench: `true` exited %d", res.ExitCode)
-		}
-		if i == 0 {
-			first = d
-		} else {
-			runs = append(runs, d)
-		}
+// oneShot runs `true` once through c in the session at base, and times
+// it.
+func oneShot(c *liveserver.Client, base string) (time.Duration, error) {
+	var res struct {
+		ExitCode int `json:"exitCode"`
 	}
-	return first, runs, nil
+	start := time.Now()
+	if err := c.PostJSON(base+"/commands", url.Values{"command": {"true"}}, &res); err != nil {
+		return 0, fmt.Errorf("bench: command: %w", err)
+	}
+	d := time.Since(start)
+	if res.ExitCode != 0 {
+		return 0, fmt.Errorf("bench: `true` exited %d", res.ExitCode)
+	}
+	return d, nil
+}
+
+// oneShots runs `true` n times in the session at base.
+func oneShots(c *liveserver.Client, base string, n int) ([]time.Duration, error) {
+	runs := make([]time.Duration, 0, n)
+	for range n {
+		d, err := oneShot(c, base)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, d)
+	}
+	return runs, nil
 }
 
 // gitAnchors writes the tree to disk, times git init, add and commit of

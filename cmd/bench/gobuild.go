@@ -200,14 +200,11 @@ func (b *bench) goBuild() ([]row, error) {
 // a first command, times `go build ./...` as the person's page sends it,
 // and ends the session.
 func (b *bench) sessionGoBuild(id int64) (float64, error) {
-	var s struct {
-		ID string `json:"id"`
+	base, err := openSession(b.c, id)
+	if err != nil {
+		return 0, err
 	}
-	if err := b.c.PostJSON(fmt.Sprintf("/projects/%d/sessions", id), nil, &s); err != nil {
-		return 0, fmt.Errorf("bench: open session: %w", err)
-	}
-	base := fmt.Sprintf("/projects/%d/sessions/%s", id, s.ID)
-	if _, _, err := b.oneShots(base, 0); err != nil {
+	if _, err := oneShot(b.c, base); err != nil {
 		return 0, err
 	}
 	var res struct {
