@@ -12,6 +12,7 @@ import (
 	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
+	"atelier/terminal"
 	"atelier/testrig/flakynet"
 	"atelier/testrig/termdrop"
 	"atelier/testrig/wait"
@@ -116,17 +117,32 @@ func (p terminalPage) waitLive(what string) {
 }
 
 // Typing through the network's drops, as a person would meet them, through
-// a proxy between the browser and the server: every connection reset, a
-// partition (connections open, nothing moves, until it heals), and
-// connections stranded for good (their route gone without a word). The
+// a proxy between the browser and the server: every connection reset, and
+// a partition (connections open, nothing moves, until it heals). The
 // typist types on through each drop; the tab says reconnecting within two
-// heartbeats and that keys wait, every key reaches the shell once and in
-// order, and the terminal catches up soon after the network returns, a
-// stranded one within 10 s.
+// heartbeats (a second each here, so that the test need not wait out the
+// shipped 15 s) and that keys wait, every key reaches the shell once and
+// in order, and the terminal catches up once the network returns.
 func TestBrowserTerminalThroughDrops(t *testing.T) {
+	typeThroughDrops(t, func(c *terminal.Config) { c.Heartbeat = time.Second }, flakynet.Reset, flakynet.Hole)
+}
+
+// Connections stranded for good (their route gone without a word: a NAT
+// forgot them, the laptop changed networks), with the shipped heartbeat:
+// the stream's silence would take two heartbeats (30 s) to tell, and every
+// idle connection the browser keeps for the server is as dead as the
+// stream's. The keys' first unanswered request finds them all at once,
+// and the terminal catches up within 10 s of the strand.
+func TestBrowserTerminalThroughAStrand(t *testing.T) {
+	typeThroughDrops(t, func(*terminal.Config) {}, flakynet.Strand)
+}
+
+// typeThroughDrops types into a terminal page, through each drop in turn,
+// on a server whose terminals are configured by terms.
+func typeThroughDrops(t *testing.T, terms func(*terminal.Config), drops ...flakynet.Mode) {
 	needRoot(t)
-	heartbeat := time.Second
-	h := newHarness(t, func(c *Config) { c.Terminals.Heartbeat = heartbeat })
+	h := newHarness(t, func(c *Config) { terms(&c.Terminals) })
+	heartbeat := h.app.Terminals.Config().Heartbeat
 	_, id := editable(t, h)
 	flaky := listenFlaky(t, h)
 	ctx := browser(t)
@@ -147,7 +163,7 @@ func TestBrowserTerminalThroughDrops(t *testing.T) {
 		noticed time.Time // when the tab first said reconnecting
 	}
 	var figures []seen
-	for _, mode := range []flakynet.Mode{flakynet.Reset, flakynet.Hole, flakynet.Strand} {
+	for _, mode := range drops {
 		// The drop lasts until the tab has said so, if that takes longer
 		// than the typing.
 		var noticed time.Time

@@ -39,6 +39,10 @@
   // dead connection would otherwise hold every later key behind it.
   const INPUT_TIMEOUT = 5000;
 
+  // The most connections a browser keeps open to one server over
+  // HTTP/1.1 (Chromium's and Firefox's limit per host).
+  const BROWSER_CONNECTIONS = 6;
+
   // How much typing not yet acknowledged is kept in the tab's session
   // storage, for the page after a reload; more is not kept.
   const KEEP_BYTES = 256 << 10;
@@ -141,12 +145,14 @@
     // call sends one request; non-GET requests carry the CSRF token.
     // Network failures throw, and so does no answer within timeout ms
     // when one is given.
-    async function call(method, url, body, headers, timeout) {
+    // A cancel signal, when given, aborts it too.
+    async function call(method, url, body, headers, timeout, cancel) {
       const h = new Headers(headers || {});
       h.set("Accept", "application/json");
       if (method !== "GET") h.set("X-CSRF-Token", csrf());
       const abort = timeout ? new AbortController() : null;
       const timer = abort ? setTimeout(() => abort.abort(), timeout) : 0;
+      const signals = [abort && abort.signal, cancel].filter(Boolean);
       let res;
       try {
         res = await fetch(url, {
@@ -156,7 +162,7 @@
           credentials: "same-origin",
           cache: "no-store",
           redirect: "manual",
-          signal: abort ? abort.signal : undefined,
+          signal: signals.length ? AbortSignal.any(signals) : undefined,
         });
       } finally {
         clearTimeout(timer);
@@ -165,6 +171,28 @@
         throw new Error("the server sent the request elsewhere (are you still signed in? Reload the page).");
       }
       return res;
+    }
+
+    // callOverEvery sends one request over as many connections as the
+    // browser keeps to the server, all at once, and gives the first answer
+    // (cancelling the rest), or throws when none answers in time. After a
+    // request went unanswered, every connection the browser keeps idle for
+    // the server may be dead without knowing it (a route gone silently):
+    // tried one at a time, each would cost the retry a whole timeout;
+    // tried at once, the dead ones are found in one, and the browser opens
+    // fresh connections for the rest. Only for requests the server applies
+    // once however often they come (a numbered input).
+    async function callOverEvery(method, url, body, headers, timeout) {
+      const cancel = new AbortController();
+      const tries = [];
+      for (let i = 0; i < BROWSER_CONNECTIONS; i++) tries.push(call(method, url, body, headers, timeout, cancel.signal));
+      try {
+        return await Promise.any(tries);
+      } catch (e) {
+        throw e instanceof AggregateError ? e.errors[0] : e;
+      } finally {
+        cancel.abort();
+      }
     }
 
     // button makes a plain button with its words and classes.
@@ -462,6 +490,15 @@
         this.connect();
       }
 
+      // dropStream closes a stream taken for dead; it is opened again on
+      // the server's next answer (reconnectNow), or after a pause.
+      dropStream() {
+        this.source.close();
+        this.source = null;
+        this.setState("reconnecting");
+        this.reconnectLater();
+      }
+
       heard() {
         this.lastHeard = this.heardAt = Date.now();
         if (this.state === "reconnecting" || this.state === "connecting") this.setState("");
@@ -689,6 +726,12 @@
             return;
           }
         }
+        this.reconnectLater();
+      }
+
+      // reconnectLater opens the stream again after a pause that grows
+      // while it keeps failing.
+      reconnectLater() {
         const delay = this.retryDelay;
         this.retryDelay = Math.min(this.retryDelay * 2, 10000);
         clearTimeout(this.retryTimer);
@@ -788,6 +831,7 @@
         this.keepTyping();
         let delay = 100;
         let sentAt = 0;
+        let unanswered = false; // an earlier try of this batch timed out
         try {
           for (;;) {
             if (this.ended || this.closed) return;
@@ -796,23 +840,26 @@
               // The batch as it is now: a discard empties it.
               const batch = this.inflight ? this.inflight.bytes : new Uint8Array(0);
               sentAt = Date.now();
-              res = await call("POST", terminalURL(this.id, "input"), batch, {
+              res = await (unanswered ? callOverEvery : call)("POST", terminalURL(this.id, "input"), batch, {
                 "Content-Type": "application/octet-stream",
                 "X-Input-Seq": String(seq),
               }, INPUT_TIMEOUT);
             } catch (_) {
-              // Network trouble, or no answer in time: retry below. A
-              // stream that has said nothing since the keys went is likely
-              // on a dead connection too, and holds one of the few a
-              // browser keeps to a server, which the retry may be queued
-              // behind: it is opened again from its last byte.
-              if (this.source && this.lastHeard < sentAt) this.restartStream();
+              // Network trouble, or no answer in time: retry below, after
+              // a timeout over every connection at once (callOverEvery).
+              // A stream that has said nothing since the keys went is
+              // likely on a dead connection too: it is closed now and
+              // opened again from its last byte once the server answers,
+              // so that it does not take a dead idle connection first.
+              unanswered = Date.now() - sentAt >= INPUT_TIMEOUT;
+              if (this.source && this.lastHeard < sentAt) this.dropStream();
             }
+            // Any answer means the server is reachable again.
+            if (res) this.reconnectNow();
             if (res && res.ok) {
               this.seq = seq + 1;
               this.inflight = null;
               this.keepTyping();
-              this.reconnectNow();
               return;
             }
             if (res && gone(res.status)) {
