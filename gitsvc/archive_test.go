@@ -72,3 +72,34 @@ func TestArchive(t *testing.T) {
 		t.Fatal("an archive of a name that is no object id was made")
 	}
 }
+
+// An archive is the commit's tree as a checkout has it, whatever its
+// .gitattributes ask of an export: a file marked export-ignore is in it,
+// and a file marked export-subst holds its placeholders as committed.
+func TestArchiveAppliesNoAttributes(t *testing.T) {
+	s := newService(t)
+	ctx := context.Background()
+	repo, first, err := s.CreateCanonical(ctx, "attrs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, ".gitattributes"), []byte("hidden.txt export-ignore\nversion.txt export-subst\n"), 0o644)
+	os.WriteFile(filepath.Join(src, "hidden.txt"), []byte("kept\n"), 0o644)
+	os.WriteFile(filepath.Join(src, "version.txt"), []byte("$Format:%H %d$\n"), 0o644)
+	commit, err := s.CommitTree(ctx, repo, src, []string{first}, "attributes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := s.Archive(ctx, repo, commit, &out); err != nil {
+		t.Fatal(err)
+	}
+	got := tarEntries(t, out.Bytes())
+	if e := got["hidden.txt"]; e.h == nil || e.content != "kept\n" {
+		t.Errorf("export-ignore left a file out: %+v", e)
+	}
+	if e := got["version.txt"]; e.content != "$Format:%H %d$\n" {
+		t.Errorf("export-subst rewrote a file: %q", e.content)
+	}
+}
