@@ -47,7 +47,11 @@ type LocalConfig struct {
 	CacheBytes int64
 	CacheArea  string
 	CacheTotal int64
-	Log        *slog.Logger
+	// BaseArea holds the trees of bases shared by the workspaces that
+	// start from them (sharedBases), on this host's own file system; ""
+	// is Area's "bases" sibling.
+	BaseArea string
+	Log      *slog.Logger
 }
 
 // Local is the Provider of this host: each session's workspace is an
@@ -60,6 +64,7 @@ type Local struct {
 	log    *slog.Logger
 	mu     sync.Mutex
 	live   map[string]*localWorkspace // by Session.ID
+	bases  *sharedBases
 	caches caches
 }
 
@@ -67,7 +72,11 @@ var _ Provider = (*Local)(nil)
 
 // NewLocal returns the provider of this host.
 func NewLocal(cfg LocalConfig) *Local {
-	return &Local{cfg: cfg, box: cfg.Box, log: cfg.Log, live: map[string]*localWorkspace{}}
+	if cfg.BaseArea == "" {
+		cfg.BaseArea = filepath.Join(filepath.Dir(cfg.Area), "bases")
+	}
+	return &Local{cfg: cfg, box: cfg.Box, log: cfg.Log, live: map[string]*localWorkspace{},
+		bases: newSharedBases(cfg.BaseArea, cfg.Log)}
 }
 
 // sessionName is what Session.ID may be: it names a folder and a file.
@@ -119,7 +128,7 @@ func (l *Local) Prepare(ctx context.Context, s Session, base Base) (Prepared, er
 		}
 		ws.dropSpares()
 	}
-	ws = newLocalWorkspace(top, s)
+	ws = newLocalWorkspace(top, s, l.bases)
 	if err := l.openFolder(s, top); err != nil {
 		return Prepared{}, err
 	}
@@ -286,13 +295,20 @@ func (l *Local) End(ctx context.Context, s Session) error {
 		return err
 	}
 	l.mu.Lock()
-	if ws := l.live[s.ID]; ws != nil {
+	ws := l.live[s.ID]
+	if ws != nil {
 		ws.dropSpares()
 	}
 	delete(l.live, s.ID)
 	l.mu.Unlock()
 	l.releaseCache(s)
-	return l.removeFolder(s, top)
+	if err := l.removeFolder(s, top); err != nil {
+		return err // a shared tree under it stays until the next start
+	}
+	if ws != nil {
+		ws.releaseShared()
+	}
+	return nil
 }
 
 // EndProject removes a deleted project's cache.
@@ -313,6 +329,8 @@ func (l *Local) Recover(ctx context.Context, open []Session) error {
 			errs = append(errs, UnmountLayers(filepath.Join(top, "checkout")))
 		}
 	}
+	// The overlays are down: no workspace is on a shared tree.
+	errs = append(errs, l.bases.clean())
 	if l.cfg.DiskArea != "" {
 		errs = append(errs, CleanDisks(l.cfg.DiskArea))
 	}

@@ -29,6 +29,9 @@ func (b tarBase) WriteTar(_ context.Context, w io.Writer) error {
 	return err
 }
 
+// ID shares the base with none: each workspace unpacks its own.
+func (tarBase) ID() string { return "" }
+
 type tarEntry struct {
 	name, body, link string
 	typ              byte

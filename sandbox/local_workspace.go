@@ -16,15 +16,19 @@ import (
 )
 
 // localWorkspace is a session's workspace on this host: the base as
-// unpacked (lower), what was written or deleted since (upper), the
-// overlay of the two where commands run (dir), and the session's home
-// and /tmp, all in the session's folder (top).
+// unpacked (lower, or a tree shared with the other workspaces of its
+// base), what was written or deleted since (upper), the overlay of the two
+// where commands run (dir), and the session's home and /tmp, all in the
+// session's folder (top).
 type localWorkspace struct {
 	session             Session
 	uid                 uint32
 	top, dir, home, tmp string
 	lower, upper, work  string
 	layered             bool // dir is an overlay; without one on this host, a plain folder
+	bases               *sharedBases
+	sharedMu            sync.Mutex // End may take a workspace down while it is being used
+	shared              *baseTree  // the tree under the overlay, when shared; lower is then unused
 	cache               string
 	spareMu             sync.Mutex
 	spares              []*Spare // started ahead for the next commands, oldest first
@@ -32,17 +36,22 @@ type localWorkspace struct {
 	generation          int      // moves on when the mounts change: older spares saw old ones
 }
 
-func newLocalWorkspace(top string, s Session) *localWorkspace {
-	return &localWorkspace{session: s, uid: s.UID, top: top,
+func newLocalWorkspace(top string, s Session, bases *sharedBases) *localWorkspace {
+	return &localWorkspace{session: s, uid: s.UID, top: top, bases: bases,
 		dir: filepath.Join(top, "checkout"), home: filepath.Join(top, "home"), tmp: filepath.Join(top, "tmp"),
 		lower: filepath.Join(top, "lower"), upper: filepath.Join(top, "upper"), work: filepath.Join(top, "work")}
 }
 
-// build makes a fresh checkout: the base unpacked into the lower layer,
-// an empty upper one over it, everything owned by the session's user, the
-// top folder 0700.
+// build makes a fresh checkout: an empty upper layer over the base's tree
+// shared with the other workspaces of its base, where the host can show
+// it as the session's user's; else the base unpacked into a lower layer of
+// the session's own, handed to its user. Everything the session sees is
+// its user's, the top folder 0700.
 func (ws *localWorkspace) build(ctx context.Context, base Base) error {
 	if err := ws.remove(); err != nil {
+		return err
+	}
+	if shared, err := ws.buildShared(ctx, base); shared || err != nil {
 		return err
 	}
 	if err := os.Mkdir(ws.lower, 0o700); err != nil {
@@ -55,6 +64,39 @@ func (ws *localWorkspace) build(ctx context.Context, base Base) error {
 		return err
 	}
 	return ws.layer()
+}
+
+// buildShared lays the checkout over the shared tree of base; false
+// when it cannot be shared (no ID, or a host without idmapped mounts or
+// overlays, which turns sharing off for good).
+func (ws *localWorkspace) buildShared(ctx context.Context, base Base) (bool, error) {
+	tree, ok, err := ws.bases.take(ctx, base)
+	if !ok || err != nil {
+		return false, err
+	}
+	if err := ws.mkLayers(); err != nil {
+		ws.bases.release(tree)
+		return false, err
+	}
+	err = mountSharedLayers(tree.dir, ws.uid, ws.upper, ws.work, ws.dir)
+	if err == nil {
+		ws.sharedMu.Lock()
+		ws.shared, ws.layered = tree, true
+		ws.sharedMu.Unlock()
+		return true, nil
+	}
+	ws.bases.release(tree)
+	if !errors.Is(err, errNoIdmap) && !errors.Is(err, ErrNoLayers) {
+		return false, err
+	}
+	ws.bases.log.Warn("sessions of the same commit cannot share its tree here; each unpacks its own", "err", err)
+	ws.bases.turnOff()
+	for _, d := range []string{ws.upper, ws.work, ws.dir} {
+		if err := RemoveTree(d); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // unpackBase writes base into the empty folder dir as it streams: files
@@ -125,14 +167,8 @@ func unpack(tr *tar.Reader, root *os.Root) error {
 // at dir, or, where the host has no overlay, makes the unpacked base dir
 // itself.
 func (ws *localWorkspace) layer() error {
-	for _, d := range []string{ws.upper, ws.work, ws.dir} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return fmt.Errorf("sandbox: checkout: %w", err)
-		}
-	}
-	// The overlay's top folder is the upper one's: the session's, 0700.
-	if err := os.Lchown(ws.upper, int(ws.uid), int(ws.uid)); err != nil {
-		return fmt.Errorf("sandbox: checkout: %w", err)
+	if err := ws.mkLayers(); err != nil {
+		return err
 	}
 	err := MountLayers(ws.lower, ws.upper, ws.work, ws.dir)
 	if err == nil {
@@ -211,6 +247,20 @@ func (ws *localWorkspace) dropSpares() {
 	}
 }
 
+// mkLayers makes the overlay's upper and work folders and its mount
+// point. The overlay's top folder is the upper one's: the session's, 0700.
+func (ws *localWorkspace) mkLayers() error {
+	for _, d := range []string{ws.upper, ws.work, ws.dir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return fmt.Errorf("sandbox: checkout: %w", err)
+		}
+	}
+	if err := os.Lchown(ws.upper, int(ws.uid), int(ws.uid)); err != nil {
+		return fmt.Errorf("sandbox: checkout: %w", err)
+	}
+	return nil
+}
+
 // remove unmounts the checkout's overlay, a leftover of a server that
 // stopped included, and removes its folders.
 func (ws *localWorkspace) remove() error {
@@ -218,11 +268,23 @@ func (ws *localWorkspace) remove() error {
 	if err := UnmountLayers(ws.dir); err != nil {
 		return err
 	}
+	ws.releaseShared()
 	var errs []error
 	for _, d := range []string{ws.dir, ws.lower, ws.upper, ws.work} {
 		errs = append(errs, RemoveTree(d))
 	}
 	return errors.Join(errs...)
+}
+
+// releaseShared gives back the shared tree under the overlay, once the
+// overlay is down.
+func (ws *localWorkspace) releaseShared() {
+	ws.sharedMu.Lock()
+	defer ws.sharedMu.Unlock()
+	if ws.shared != nil {
+		ws.bases.release(ws.shared)
+		ws.shared = nil
+	}
 }
 
 // replaceFile removes whatever is at p (never following a link the

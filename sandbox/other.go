@@ -56,6 +56,9 @@ var ErrNoLayers = errUnsupported
 
 func MountLayers(string, string, string, string) error { return ErrNoLayers }
 func UnmountLayers(string) error                       { return nil }
+func mountSharedLayers(string, uint32, string, string, string) error {
+	return ErrNoLayers
+}
 
 // Spare is unavailable off Linux.
 type Spare struct{}

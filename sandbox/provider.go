@@ -82,6 +82,10 @@ type Session struct {
 // unpacks wherever it runs (gitsvc's archive of a commit).
 type Base interface {
 	WriteTar(ctx context.Context, w io.Writer) error
+	// ID names the tree: bases of one ID write the same stream, so a
+	// provider may unpack it once for all the workspaces that start from
+	// it (a commit's hash). "" shares it with none.
+	ID() string
 }
 
 // Prepared says what Prepare found or made.

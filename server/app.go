@@ -190,7 +190,8 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	// Sessions' code runs in this host's jail.
 	provider := sandbox.NewLocal(sandbox.LocalConfig{Box: box, Area: cfg.SandboxDir(), Log: log,
 		DiskBytes: cfg.SandboxDiskBytes, DiskArea: cfg.SandboxDiskDir(),
-		CacheBytes: cfg.SandboxCacheBytes, CacheTotal: cfg.SandboxCacheTotal, CacheArea: cfg.SandboxCacheDir()})
+		CacheBytes: cfg.SandboxCacheBytes, CacheTotal: cfg.SandboxCacheTotal, CacheArea: cfg.SandboxCacheDir(),
+		BaseArea: cfg.SandboxBaseDir()})
 	runtime := workbench.NewRuntime(workbench.RuntimeOptions{DB: store, Git: git, Edits: edits,
 		Terminals: terms, Now: now, Log: log, Sandboxes: workbench.Sandboxes{
 			Provider: provider, Meter: usage, UIDBase: cfg.Sandbox.UIDBase, UIDCount: cfg.Sandbox.UIDCount, Instance: instance,

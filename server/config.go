@@ -496,6 +496,10 @@ func (c Config) UploadDir() string { return filepath.Join(c.DataDir, "uploads") 
 // SandboxDiskDir holds the images of sessions' disks.
 func (c Config) SandboxDiskDir() string { return filepath.Join(c.SandboxArea, "sandbox-disks") }
 
+// SandboxBaseDir holds the trees of bases shared by the sessions of the
+// same commit.
+func (c Config) SandboxBaseDir() string { return filepath.Join(c.SandboxArea, "sandbox-bases") }
+
 // SandboxCacheDir holds projects' caches, their images and where they are
 // mounted.
 func (c Config) SandboxCacheDir() string { return filepath.Join(c.SandboxArea, "sandbox-caches") }

@@ -61,6 +61,10 @@ func (b gitBase) WriteTar(ctx context.Context, w io.Writer) error {
 	return b.git.Archive(ctx, b.repo, b.commit, w)
 }
 
+// ID is the commit: its archive is its tree, whichever repository holds
+// it (gitsvc.Archive applies no attributes).
+func (b gitBase) ID() string { return b.commit }
+
 // checkouts tracks the live checkouts of this instance, one command at a
 // time per session.
 type checkouts struct {
