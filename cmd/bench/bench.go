@@ -731,6 +731,9 @@ func (b *bench) commands() ([]row, error) {
 		r.largeP50 = largeP50.Seconds()
 		r.checkout = max(largeFirst-largeP50, 0).Seconds()
 		b.logf("round %d of %d: a second person's session of the same commit", i+1, b.sz.rounds)
+		if err := b.c.Post(fmt.Sprintf("/projects/%d/members", id), url.Values{"username": {secondName}, "role": {"admin"}}); err != nil {
+			return nil, fmt.Errorf("bench: make the second person an admin of the project: %w", err)
+		}
 		secondBase, err := openSession(second, id)
 		if err != nil {
 			return nil, err
@@ -806,14 +809,18 @@ func (b *bench) commandRows(rounds []commandRound, archiveBytes int) []row {
 	}
 }
 
-// secondPerson adds a second site admin through admin's client, who may
-// open sessions on every project, and signs them in.
+// secondName is the second person, whom each large project makes one of
+// its admins (who may open sessions).
+const secondName = "bench-second"
+
+// secondPerson adds the second person through admin's client and signs
+// them in.
 func secondPerson(srv *liveserver.Server, admin *liveserver.Client) (*liveserver.Client, error) {
-	const name, password = "bench-second", "bench-second-password-1"
-	if err := admin.Post("/admin/users", url.Values{"username": {name}, "password": {password}, "admin": {"true"}}); err != nil {
+	const password = "bench-second-password-1"
+	if err := admin.Post("/admin/users", url.Values{"username": {secondName}, "password": {password}}); err != nil {
 		return nil, fmt.Errorf("bench: add a second person: %w", err)
 	}
-	return liveserver.SignIn(srv.Base, name, password)
+	return liveserver.SignIn(srv.Base, secondName, password)
 }
 
 // oneShot runs `true` once through c in the session at base, and times
