@@ -7,9 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
-	"sync/atomic"
 )
 
 // sharedBases holds the trees of the bases that workspaces on this host
@@ -20,9 +18,8 @@ import (
 // (an idmapped mount), and everything the session writes lands in its own
 // upper layer. A tree goes when the last workspace on it does.
 type sharedBases struct {
-	area string // root's, 0700; a tree's folder is named by a counter, never by its ID
+	area string // root's, 0700; a tree's folder has a name of its own, never its ID
 	log  *slog.Logger
-	next atomic.Uint64
 
 	mu    sync.Mutex
 	trees map[string]*baseTree // by Base.ID
@@ -38,9 +35,9 @@ var errNoIdmap = errors.New("sandbox: no idmapped mounts here")
 // baseTree is one unpacked base and the workspaces on it.
 type baseTree struct {
 	id    string
-	dir   string
 	refs  int           // workspaces on it, and builds waiting for it; guarded by sharedBases.mu
 	ready chan struct{} // closed once unpacked, or failed (err)
+	dir   string        // set before ready closes; "" when not even made
 	err   error
 }
 
@@ -62,15 +59,14 @@ func (b *sharedBases) take(ctx context.Context, base Base) (tree *baseTree, ok b
 	tree = b.trees[id]
 	unpack := tree == nil
 	if unpack {
-		dir := filepath.Join(b.area, "t"+strconv.FormatUint(b.next.Add(1), 10))
-		tree = &baseTree{id: id, dir: dir, ready: make(chan struct{})}
+		tree = &baseTree{id: id, ready: make(chan struct{})}
 		b.trees[id] = tree
 	}
 	tree.refs++
 	b.mu.Unlock()
 
 	if unpack {
-		tree.err = b.unpack(ctx, base, tree.dir)
+		tree.dir, tree.err = b.unpack(ctx, base)
 		close(tree.ready)
 	}
 	select {
@@ -86,16 +82,21 @@ func (b *sharedBases) take(ctx context.Context, base Base) (tree *baseTree, ok b
 	return tree, true, nil
 }
 
-// unpack writes base into dir, a new folder of root's that only root may
-// enter: the tree is reached through the sessions' mounts alone.
-func (b *sharedBases) unpack(ctx context.Context, base Base, dir string) error {
+// unpack writes base into a new folder of the area, root's, which only
+// root may reach: the tree is seen through the sessions' mounts alone. Its
+// name is new in the area whoever else writes there (instances that share
+// an area by mistake, a previous run's leftovers).
+func (b *sharedBases) unpack(ctx context.Context, base Base) (dir string, err error) {
 	if err := os.MkdirAll(b.area, 0o700); err != nil {
-		return fmt.Errorf("sandbox: shared bases: %w", err)
+		return "", fmt.Errorf("sandbox: shared bases: %w", err)
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return fmt.Errorf("sandbox: shared base: %w", err)
+	if dir, err = os.MkdirTemp(b.area, "t"); err != nil {
+		return "", fmt.Errorf("sandbox: shared base: %w", err)
 	}
-	return unpackBase(ctx, base, dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return dir, fmt.Errorf("sandbox: shared base: %w", err)
+	}
+	return dir, unpackBase(ctx, base, dir)
 }
 
 // release gives back a reference take gave; the last one removes the tree.
@@ -111,6 +112,9 @@ func (b *sharedBases) release(tree *baseTree) {
 	b.mu.Unlock()
 	if last {
 		<-tree.ready // its unpacking has ended, whoever waited for it
+		if tree.dir == "" {
+			return
+		}
 		if err := RemoveTree(tree.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 			b.log.Warn("a shared base was not removed; the next start removes it", "dir", tree.dir, "err", err)
 		}
