@@ -122,8 +122,8 @@ func TestEventsOnOneInstanceReachViewersOnAnother(t *testing.T) {
 	wait.For(t, wait.Short, "the viewer to follow B", func() bool { return b.app.Events.Followers() == 1 })
 
 	const count = 500
-	arrived, read := numbered(res, count)
-	_, recorded := flood(t, a, id, count, 100)
+	arrived, read, _ := numbered(res, count)
+	_, recorded := flood(t, a, id, count, 100, nil)
 	waitOrFail(t, read, 10*time.Second, "B's stream to have every event of A's")
 	late := make([]time.Duration, count)
 	for i := range count {
