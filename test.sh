@@ -110,21 +110,20 @@ for t in "${bulk_tests[@]}"; do
 done
 
 # The server package's tests take most of the run and mostly wait on
-# processes, jails and a browser: they run as three parts (every third test
-# by name) side by side with all the other packages. (As two halves, each
-# took 1,300 s here and the whole run 1,700 s.) Each part's harnesses take
-# their sessions' uids under a lock, so the parts never meet.
+# processes, jails and a browser: they run as two halves (every other test
+# by name) side by side with all the other packages. Each half's harnesses
+# take their sessions' uids under a lock, so the halves never meet.
 mapfile -t server_tests < <(go test -list . ./server | grep -E '^(Test|Fuzz|Example)')
-parts=("" "" "")
+halves=("" "")
 for i in "${!server_tests[@]}"; do
-	parts[i % 3]+="${parts[i % 3]:+|}${server_tests[i]}"
+	halves[i % 2]+="${halves[i % 2]:+|}${server_tests[i]}"
 done
 # The timeouts only catch a hang: the run takes about 25 minutes on CI's
 # 2-core machine, and up to half as long again on a slower one.
 pids=()
 go test "${race[@]}" -count=1 -timeout 45m -skip "$bulk" $(go list ./... | grep -vx -e atelier/server -e atelier/cmd/abuse) & pids+=($!)
-for part in "${parts[@]}"; do
-	go test -count=1 -timeout 45m -run "^($part)\$" ./server & pids+=($!)
+for half in "${halves[@]}"; do
+	go test -count=1 -timeout 45m -run "^($half)\$" ./server & pids+=($!)
 done
 # The bulk tests' bound is the heap, not the disk: where /dev/shm is a
 # tmpfs their trees (100,000 files in git, in the object store and in
