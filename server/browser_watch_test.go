@@ -108,7 +108,9 @@ func TestBrowserWatchASharedTerminal(t *testing.T) {
 		chromedp.Click(css(`#record-terminal`)),
 		showsText(`#record-terminal`, "Record"),
 		showsText(`#session-recordings`, "Play"),
-		chromedp.Click(css(`#session-recordings li a:not([download])`)),
+		// Clicked in the page, where it is found: the list may be drawn
+		// again between a lookup and a click from here.
+		untilPage(`(() => { const a = document.querySelector("#session-recordings li a:not([download])"); if (!a) return false; a.click(); return true })()`),
 		untilPage(`(document.querySelector("#player")?.shadowRoot?.querySelector(".xterm-rows")?.innerText ?? "").includes("recorded-81")`),
 		showsText(`#player-time`, "The end"),
 	); err != nil {
