@@ -387,7 +387,10 @@ func TestBrowserTerminal(t *testing.T) {
 	_, id := editable(t, h)
 	ctx := browser(t)
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
-	if err := do(ctx, signIn(h, "owner", "password-owner"),
+	// A window of a laptop's size: in headless Chromium's own 800x600 the
+	// terminal has four rows, so the prompt bash draws again after a
+	// resize scrolls the screen by a row between the two readings.
+	if err := do(ctx, chromedp.EmulateViewport(1280, 800), signIn(h, "owner", "password-owner"),
 		chromedp.Navigate(h.srv.URL+"/projects/"+itoa(id)+"/code"),
 		chromedp.Click(css(`button#edit`)),
 		chromedp.WaitReady(css(`#terminals[data-started]`)), // terminal.js is listening
@@ -450,6 +453,9 @@ func TestBrowserTerminal(t *testing.T) {
 	// end with one more prompt.
 	trim := func(s string) string { return strings.TrimRight(s, " \n\u00a0") }
 	after := waitScreen("the scrollback after a reload", func(s string) bool { return strings.HasPrefix(trim(s), trim(before)) })
+	if !strings.Contains(before, "hi-42") {
+		t.Fatalf("the screen before the reload does not start at the first command: %q", before)
+	}
 	if !strings.Contains(after, mixed) {
 		t.Fatalf("scrollback after reload: %q", after)
 	}
