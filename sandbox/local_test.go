@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +70,12 @@ func tarOf(t *testing.T, entries ...tarEntry) tarBase {
 // the test's, ended with the test.
 func newLocal(t *testing.T) (*sandbox.Local, string) {
 	t.Helper()
-	sb := newSandbox(t, nil)
+	return newLocalOn(t, newSandbox(t, nil))
+}
+
+// newLocalOn is newLocal on the sandbox sb.
+func newLocalOn(t *testing.T, sb *sandbox.Sandbox) (*sandbox.Local, string) {
+	t.Helper()
 	area := filepath.Join(openDir(t), "sessions")
 	l := sandbox.NewLocal(sandbox.LocalConfig{Box: sb, Area: area, Log: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	t.Cleanup(func() {
@@ -298,5 +304,54 @@ func TestLocalReleaseAndEnd(t *testing.T) {
 	}
 	if _, err := l.Run(ctx, s, sandbox.Command{Argv: bash("true")}); !errors.Is(err, sandbox.ErrBadSpec) {
 		t.Fatalf("a command ran in an ended session: %v", err)
+	}
+}
+
+// TestLocalAnticipateStartsTheNextCommandsHelper: Anticipate starts one
+// helper for a prepared workspace (none for a workspace not prepared, and
+// no second while one waits), and the next command runs in it; that
+// command starts the helpers of the commands after it.
+func TestLocalAnticipateStartsTheNextCommandsHelper(t *testing.T) {
+	sb := newSandbox(t, nil)
+	if sb.CgroupMode() == "" {
+		t.Skip("precondition: writable cgroups, whose names tell this session's spares from other tests'")
+	}
+	l, _ := newLocalOn(t, sb)
+	ctx := context.Background()
+	s := localSession("edit_anticipate")
+	// Other tests' spares may still wait; this session's join its uid's
+	// groups, which their arguments name.
+	spareHelpers := func(t *testing.T) []string {
+		var ours []string
+		for _, pid := range spareHelpers(t) {
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+			if strings.Contains(string(cmdline), "/u"+strconv.FormatUint(uint64(s.UID), 10)+"/") {
+				ours = append(ours, pid)
+			}
+		}
+		return ours
+	}
+	l.Anticipate(s)
+	if got := spareHelpers(t); len(got) != 0 {
+		t.Fatalf("helpers for a workspace not prepared: %v", got)
+	}
+	if _, err := l.Prepare(ctx, s, tarOf(t, tarEntry{name: "a.txt", body: "a\n"})); err != nil {
+		t.Fatal(err)
+	}
+	l.Anticipate(s)
+	l.Anticipate(s)
+	var waiting []string
+	if !wait.Until(wait.Long, func() bool { waiting = spareHelpers(t); return len(waiting) == 1 }) {
+		t.Fatalf("helpers after Anticipate: %v, want one", waiting)
+	}
+	if res := runIn(t, l, s, "cat a.txt"); string(res.Stdout) != "a\n" {
+		t.Fatalf("the command saw %q", res.Stdout)
+	}
+	// It ran the command and exited with it.
+	if _, err := os.Stat(filepath.Join("/proc", waiting[0])); !os.IsNotExist(err) {
+		t.Fatalf("the anticipated helper %s still runs after the command: %v", waiting[0], err)
+	}
+	if !wait.Until(wait.Long, func() bool { return len(spareHelpers(t)) == 3 }) {
+		t.Fatalf("helpers for the commands after it: %v, want 3", spareHelpers(t))
 	}
 }

@@ -196,13 +196,27 @@ func (ws *localWorkspace) layer() error {
 const sparesAhead = 3
 
 // prepareSpares starts, in the background, helpers for the workspace's
-// next commands, run as uid, up to sparesAhead.
-func (ws *localWorkspace) prepareSpares(box *Sandbox, uid uint32, log *slog.Logger) {
+// next commands, run as uid, until want wait or start (at most
+// sparesAhead); those waiting too long to be handed a command are ended.
+func (ws *localWorkspace) prepareSpares(box *Sandbox, uid uint32, want int, log *slog.Logger) {
 	ws.spareMu.Lock()
 	generation := ws.generation
-	missing := max(sparesAhead-len(ws.spares)-ws.starting, 0)
+	fresh := ws.spares[:0]
+	var stale []*Spare
+	for _, spare := range ws.spares {
+		if spare.fresh() {
+			fresh = append(fresh, spare)
+		} else {
+			stale = append(stale, spare)
+		}
+	}
+	ws.spares = fresh
+	missing := max(min(want, sparesAhead)-len(ws.spares)-ws.starting, 0)
 	ws.starting += missing
 	ws.spareMu.Unlock()
+	for _, spare := range stale {
+		go spare.Close()
+	}
 	for range missing {
 		go func() {
 			spare, err := box.Spare(uid)

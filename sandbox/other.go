@@ -65,6 +65,7 @@ type Spare struct{}
 
 func (s *Sandbox) Spare(uid uint32) (*Spare, error) { return nil, errUnsupported }
 func (sp *Spare) Close()                            {}
+func (sp *Spare) fresh() bool                       { return false }
 
 func WalkTree(string, WalkOptions, func(*TreeEntry) error) error { return errUnsupported }
 func RemoveTree(string) error                                    { return errUnsupported }

@@ -294,26 +294,11 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec, lim Limits) (*Result, erro
 	started := false
 	res, err := run(ctx, lim, spec.Output, func(stdout, stderr *os.File) (*exec.Cmd, tree, error) {
 		started = true
-		if spare != nil {
-			conn, err := s.handOver(spare, is, stdout, stderr)
-			if err == nil {
-				return spare.cmd, &nsTree{pid: spare.cmd.Process.Pid, conn: conn}, nil
-			}
-			if !errors.Is(err, errSpareGone) {
-				return nil, nil, err
-			}
+		cmd, tr, err := s.startRun(spec, is, eg, spare, stdout, stderr)
+		if err == nil && spec.Started != nil {
+			spec.Started()
 		}
-		cmd := s.helper()
-		cmd.ExtraFiles = eg.files()
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, stdout, stderr
-		// A Stdin that is not a file is copied by a goroutine; do not let
-		// it hold Wait once the command is gone.
-		cmd.WaitDelay = drainWait
-		conn, err := s.launch(cmd, is)
-		if err != nil {
-			return nil, nil, err
-		}
-		return cmd, &nsTree{pid: cmd.Process.Pid, conn: conn}, nil
+		return cmd, tr, err
 	})
 	if !started && spare != nil {
 		// Canceled before it started: the spare ran nothing, and would
@@ -321,6 +306,31 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec, lim Limits) (*Result, erro
 		spare.end()
 	}
 	return res, err
+}
+
+// startRun starts Run's command in spare when it can, else in a helper of
+// its own.
+func (s *Sandbox) startRun(spec Spec, is *initSpec, eg *egress, spare *spareProc, stdout, stderr *os.File) (*exec.Cmd, tree, error) {
+	if spare != nil {
+		conn, err := s.handOver(spare, is, stdout, stderr)
+		if err == nil {
+			return spare.cmd, &nsTree{pid: spare.cmd.Process.Pid, conn: conn}, nil
+		}
+		if !errors.Is(err, errSpareGone) {
+			return nil, nil, err
+		}
+	}
+	cmd := s.helper()
+	cmd.ExtraFiles = eg.files()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, stdout, stderr
+	// A Stdin that is not a file is copied by a goroutine; do not let
+	// it hold Wait once the command is gone.
+	cmd.WaitDelay = drainWait
+	conn, err := s.launch(cmd, is)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cmd, &nsTree{pid: cmd.Process.Pid, conn: conn}, nil
 }
 
 // Process is a sandboxed process started by Start.

@@ -152,6 +152,13 @@ func (sp *Spare) take() *spareProc {
 // margin: it gives up after spareWait.
 func (p *spareProc) fresh() bool { return time.Since(p.started) < spareFresh }
 
+// fresh reports whether a command may still be handed the spare.
+func (sp *Spare) fresh() bool {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.proc != nil && sp.proc.fresh()
+}
+
 // Close ends the spare's helper unless a command took it, and waits for
 // it to be gone.
 func (sp *Spare) Close() {

@@ -393,3 +393,57 @@ func TestSpareOfACanceledCommandEnds(t *testing.T) {
 		t.Fatalf("the canceled command's spare still runs: %v", got)
 	}
 }
+
+// commandHelpers are the helpers of this process running a command (not
+// waiting as spares).
+func commandHelpers(t *testing.T) []string {
+	t.Helper()
+	var found []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		stat, err2 := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil || err2 != nil || !strings.HasPrefix(string(cmdline), "atelier-sandbox-init\x00") || strings.HasPrefix(string(cmdline), "atelier-sandbox-init\x00spare\x00") {
+			continue
+		}
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(os.Getpid()) && fields[0] != "Z" {
+			found = append(found, e.Name())
+		}
+	}
+	return found
+}
+
+// TestStartedComesOnceTheCommandRuns: Spec.Started is called once, when
+// the command's helper is up (Local starts the next commands' spares
+// then, so that they do not slow this one's start), and not for a
+// command that never started.
+func TestStartedComesOnceTheCommandRuns(t *testing.T) {
+	sb := newSandbox(t, nil)
+	s := newSession(t, sb)
+	var calls int
+	var helpersThen []string
+	spec := s.spec("echo ran")
+	spec.Started = func() {
+		calls++
+		helpersThen = commandHelpers(t)
+	}
+	res, err := sb.Run(context.Background(), spec, sandbox.Limits{Timeout: 30 * time.Second})
+	if err != nil || string(res.Stdout) != "ran\n" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if calls != 1 || len(helpersThen) != 1 {
+		t.Fatalf("Started called %d times, with the command's helpers %v: want once, with one", calls, helpersThen)
+	}
+
+	calls = 0
+	spec = s.spec("")
+	spec.Argv = []string{"/no/such/program"}
+	spec.Started = func() { calls++ }
+	if _, err := sb.Run(context.Background(), spec, sandbox.Limits{Timeout: 30 * time.Second}); err == nil {
+		t.Fatal("a missing program started")
+	}
+	if calls != 0 {
+		t.Fatalf("Started called %d times for a command that never started", calls)
+	}
+}

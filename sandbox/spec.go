@@ -49,6 +49,9 @@ type Spec struct {
 	// or nil. Run takes it: it runs the command in it when it can, and
 	// ends it otherwise (a Stdin, or Network Allow, needs a fresh one).
 	Spare *Spare
+	// Started, for Run, is called once the command has started, before
+	// it is waited for; it must not block.
+	Started func()
 	// Cache is the project's cache on the host, seen read-write at
 	// HOME/.cache, where the environment points the usual tools' caches
 	// (cacheEnv); "" leaves HOME's own .cache, as new as HOME is.
