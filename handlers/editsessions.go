@@ -110,7 +110,8 @@ func (v sessionView) JSON() any {
 
 // Open opens the caller's session on the project, or returns the open one:
 // 201 or 200, with Location. A path (the Code page's "Edit this file")
-// sends a browser on to the session's page with that file open.
+// sends a browser on to the session's page with that file open. The
+// session's sandbox is prepared meanwhile, for the first command.
 func (h *EditSessions) Open(c *gin.Context) error {
 	acc, err := access(c, h.Projects, auth.CodeEdit)
 	if err != nil {
@@ -126,6 +127,7 @@ func (h *EditSessions) Open(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
+	h.Runtime.Warm(sess)
 	location := base(sess)
 	if file != "" {
 		location = views.URL(location).Query("path", file).String()

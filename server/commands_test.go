@@ -15,6 +15,7 @@ import (
 
 	"atelier/editsession"
 	"atelier/models"
+	"atelier/testrig/wait"
 )
 
 type commandJSON struct {
@@ -52,6 +53,33 @@ func hostCheckout(t *testing.T, h *harness, sessionID string) string {
 		t.Fatalf("the checkout of %s on the host: %q", sessionID, found)
 	}
 	return found[0]
+}
+
+// Opening a session prepares its sandbox before any command: the
+// checkout, with the session's files, is on the host, unmetered, and the
+// first command runs in it.
+func TestOpeningPreparesTheSandbox(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	s, base := owner.session(id)
+	var found []string
+	if !wait.Until(wait.Long, func() bool {
+		found, _ = filepath.Glob(filepath.Join(h.cfg.SandboxDir(), s.ID, "checkout", "README.md"))
+		return len(found) == 1
+	}) {
+		t.Fatal("no checkout on the host after opening the session")
+	}
+	if got, _ := os.ReadFile(found[0]); string(got) != "# Base\n" {
+		t.Fatalf("the prepared checkout's README.md: %q", got)
+	}
+	usage, err := h.app.Meter.Usage(context.Background(), id)
+	if err != nil || usage.Used != 0 || usage.Reserved != 0 {
+		t.Fatalf("preparing was metered: %+v %v", usage, err)
+	}
+	if out, _ := owner.run(base, "cat README.md", ""); out.Stdout != "# Base\n" {
+		t.Fatalf("the first command: %+v", out)
+	}
 }
 
 func TestCommandsBecomeEdits(t *testing.T) {

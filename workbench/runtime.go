@@ -114,6 +114,10 @@ type Runtime struct {
 	// after.
 	building sync.RWMutex
 	closed   bool
+	// warming holds a token per session being prepared ahead (Warm), and
+	// warms counts them for Close.
+	warming chan struct{}
+	warms   sync.WaitGroup
 }
 
 // RuntimeOptions are what a Runtime works with.
@@ -130,7 +134,70 @@ type RuntimeOptions struct {
 // NewRuntime returns the runtime of the sessions this instance holds.
 func NewRuntime(o RuntimeOptions) *Runtime {
 	return &Runtime{db: o.DB, git: o.Git, edits: o.Edits, sb: o.Sandboxes, terms: o.Terminals,
-		now: o.Now, log: o.Log, checkouts: newCheckouts(), slots: newCommandSlots(o.Sandboxes.MaxRunning)}
+		now: o.Now, log: o.Log, checkouts: newCheckouts(), slots: newCommandSlots(o.Sandboxes.MaxRunning),
+		warming: make(chan struct{}, warmAtOnce)}
+}
+
+// warmAtOnce is how many sessions an instance prepares ahead at once, and
+// warmTimeout how long it gives one.
+const (
+	warmAtOnce  = 2
+	warmTimeout = 2 * time.Minute
+)
+
+// Warm prepares, in the background, the checkout of a session whose
+// person has just opened it, and what its first command starts with, so
+// that the command runs without waiting for either. A warm-up gives way:
+// when a command or shell of the session builds the checkout already, or
+// this instance prepares warmAtOnce sessions already, it does nothing, and
+// the first command builds what it needs as it would without it.
+func (r *Runtime) Warm(session Session) {
+	sess := session.Identity()
+	if sess.Editable() != nil {
+		return
+	}
+	uid, err := r.sandboxUser(sess)
+	if err != nil {
+		return
+	}
+	r.building.RLock()
+	closed := r.closed
+	if !closed {
+		r.warms.Add(1)
+	}
+	r.building.RUnlock()
+	if closed {
+		return
+	}
+	select {
+	case r.warming <- struct{}{}:
+	default:
+		r.warms.Done()
+		return
+	}
+	go func() {
+		defer r.warms.Done()
+		defer func() { <-r.warming }()
+		unlock, ok := r.checkouts.tryLock(sess.ID)
+		if !ok {
+			return
+		}
+		defer unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+		defer cancel()
+		co, err := r.checkoutFor(ctx, sess, uid)
+		if err != nil {
+			r.log.Info("session not prepared ahead", "session", sess.ID, "err", err)
+			return
+		}
+		co.lastUsed = r.now()
+		r.sb.Provider.Anticipate(co.ref)
+		// The first command's capture compares with the base's listing,
+		// which costs a git process: read it now too.
+		if _, err := r.baseEntries(ctx, sess, co); err != nil {
+			r.log.Info("session's base not listed ahead", "session", sess.ID, "err", err)
+		}
+	}()
 }
 
 // uid is the session's sandbox user, the one place it is derived.
@@ -326,6 +393,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	r.building.Lock()
 	r.closed = true
 	r.building.Unlock()
+	r.warms.Wait() // each finds the runtime closed, or is done
 	live, errs := r.killAll(ctx)
 	for id := range live {
 		unlock := r.checkouts.lock(id)
