@@ -21,6 +21,24 @@ import (
 // spareHelpers are the spare helpers of this process still alive.
 func spareHelpers(t *testing.T) []string {
 	t.Helper()
+	return helpers(t, func(cmdline string) bool { return strings.HasPrefix(cmdline, spareCmdline) })
+}
+
+// commandHelpers are the helpers of this process running a command (not
+// waiting as spares).
+func commandHelpers(t *testing.T) []string {
+	t.Helper()
+	return helpers(t, func(cmdline string) bool {
+		return strings.HasPrefix(cmdline, "atelier-sandbox-init\x00") && !strings.HasPrefix(cmdline, spareCmdline)
+	})
+}
+
+const spareCmdline = "atelier-sandbox-init\x00spare\x00"
+
+// helpers are the live children of this process whose command line is
+// one match takes.
+func helpers(t *testing.T, match func(cmdline string) bool) []string {
+	t.Helper()
 	var found []string
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -29,7 +47,7 @@ func spareHelpers(t *testing.T) []string {
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		stat, err2 := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil || err2 != nil || !strings.HasPrefix(string(cmdline), "atelier-sandbox-init\x00spare\x00") {
+		if err != nil || err2 != nil || !match(string(cmdline)) {
 			continue
 		}
 		// Ours: its parent is this process. A zombie does not count.
@@ -392,26 +410,6 @@ func TestSpareOfACanceledCommandEnds(t *testing.T) {
 	if got := spareHelpers(t); len(got) != 0 {
 		t.Fatalf("the canceled command's spare still runs: %v", got)
 	}
-}
-
-// commandHelpers are the helpers of this process running a command (not
-// waiting as spares).
-func commandHelpers(t *testing.T) []string {
-	t.Helper()
-	var found []string
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		stat, err2 := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil || err2 != nil || !strings.HasPrefix(string(cmdline), "atelier-sandbox-init\x00") || strings.HasPrefix(string(cmdline), "atelier-sandbox-init\x00spare\x00") {
-			continue
-		}
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) > 1 && fields[1] == strconv.Itoa(os.Getpid()) && fields[0] != "Z" {
-			found = append(found, e.Name())
-		}
-	}
-	return found
 }
 
 // TestStartedComesOnceTheCommandRuns: Spec.Started is called once, when
