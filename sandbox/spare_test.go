@@ -421,7 +421,8 @@ func TestStartedComesOnceTheCommandRuns(t *testing.T) {
 	s := newSession(t, sb)
 	var calls int
 	var helpersThen []string
-	spec := s.spec("echo ran")
+	// Long enough that its helper is still there when Started looks.
+	spec := s.spec("echo ran; sleep 1")
 	spec.Started = func() {
 		calls++
 		helpersThen = commandHelpers(t)
