@@ -233,10 +233,11 @@ func (l *Local) Run(ctx context.Context, s Session, c Command) (*Result, error) 
 }
 
 // Anticipate starts a helper for the session's next command when none
-// waits, so that a command run soon after finds it ready.
+// waits, so that a command run soon after finds it ready; it returns once
+// the helper is started, for a command to take, not once it is ready.
 func (l *Local) Anticipate(s Session) {
 	if ws, err := l.workspace(s); err == nil {
-		ws.prepareSpares(l.box, s.UID, 1, l.log)
+		ws.prepareSpares(l.box, s.UID, 1, l.log)()
 	}
 }
 

@@ -198,7 +198,9 @@ const sparesAhead = 3
 // prepareSpares starts, in the background, helpers for the workspace's
 // next commands, run as uid, until want wait or start (at most
 // sparesAhead); those waiting too long to be handed a command are ended.
-func (ws *localWorkspace) prepareSpares(box *Sandbox, uid uint32, want int, log *slog.Logger) {
+// The answer waits until the helpers it started are in the workspace's
+// list (started, not ready), where a command takes them.
+func (ws *localWorkspace) prepareSpares(box *Sandbox, uid uint32, want int, log *slog.Logger) (listed func()) {
 	ws.spareMu.Lock()
 	generation := ws.generation
 	fresh := ws.spares[:0]
@@ -217,8 +219,9 @@ func (ws *localWorkspace) prepareSpares(box *Sandbox, uid uint32, want int, log 
 	for _, spare := range stale {
 		go spare.Close()
 	}
+	var starts sync.WaitGroup
 	for range missing {
-		go func() {
+		starts.Go(func() {
 			spare, err := box.Spare(uid)
 			ws.spareMu.Lock()
 			ws.starting--
@@ -233,8 +236,9 @@ func (ws *localWorkspace) prepareSpares(box *Sandbox, uid uint32, want int, log 
 			} else if !keep {
 				spare.Close()
 			}
-		}()
+		})
 	}
+	return starts.Wait
 }
 
 // takeSpare hands the oldest waiting helper, if any, to a command.

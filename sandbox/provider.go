@@ -35,10 +35,10 @@ type Provider interface {
 	// Run runs a one-shot command in the prepared workspace and returns
 	// once every process of it has ended.
 	Run(ctx context.Context, s Session, c Command) (*Result, error)
-	// Anticipate makes ready, in the background, what the next command
-	// in the prepared workspace starts with, for a session whose person
-	// is about to run one; it never blocks, and a provider with nothing to
-	// make ready does nothing.
+	// Anticipate starts making ready what the next command in the
+	// prepared workspace starts with, for a session whose person is about
+	// to run one, and returns without waiting for it to be ready; a
+	// provider with nothing to make ready does nothing.
 	Anticipate(s Session)
 	// Start starts an interactive shell on a terminal of cols×rows in the
 	// prepared workspace.
