@@ -39,6 +39,10 @@
   // dead connection would otherwise hold every later key behind it.
   const INPUT_TIMEOUT = 5000;
 
+  // How long the stream may stay silent after the server took typed keys
+  // before it is taken for dead: a shell echoes typing at once.
+  const ECHO_WAIT = 3000;
+
   // The most connections a browser keeps open to one server over
   // HTTP/1.1 (Chromium's and Firefox's limit per host).
   const BROWSER_CONNECTIONS = 6;
@@ -499,6 +503,20 @@
         this.reconnectLater();
       }
 
+      // expectEcho looks at the stream a moment after the server took
+      // keys sent at sentAt: silent since, it is likely on a connection
+      // that died without a word while the keys went over a fresh one (a
+      // stranded route), and is opened again from its last byte, rather
+      // than after two missed heartbeats. A program that does not echo
+      // costs at most a reopen per ECHO_WAIT of typing.
+      expectEcho(sentAt) {
+        if (this.echoTimer || this.lastHeard >= sentAt) return;
+        this.echoTimer = setTimeout(() => {
+          this.echoTimer = 0;
+          if (this.source && !this.ended && !this.closed && this.lastHeard < sentAt) this.restartStream();
+        }, ECHO_WAIT);
+      }
+
       heard() {
         this.lastHeard = this.heardAt = Date.now();
         if (this.state === "reconnecting" || this.state === "connecting") this.setState("");
@@ -860,6 +878,7 @@
               this.seq = seq + 1;
               this.inflight = null;
               this.keepTyping();
+              this.expectEcho(sentAt);
               return;
             }
             if (res && gone(res.status)) {
