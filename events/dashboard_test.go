@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 
 	"atelier/events"
 	"atelier/testrig/dbtest"
@@ -20,7 +19,7 @@ import (
 // the stream outlives Close.
 func TestDashboardHintsGatherAndBeat(t *testing.T) {
 	db := dbtest.Store(t)
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	noLeaks(t)
 	r := events.New(db, slog.New(slog.DiscardHandler), events.Config{Heartbeat: 700 * time.Millisecond})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.ServeStream(w, req, events.DashboardStream)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 
 	"atelier/events"
 	"atelier/models"
@@ -32,7 +31,7 @@ func TestRecordStoresAndPublishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Everything the bus and its viewers start must be gone after Close.
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	noLeaks(t)
 	r := events.New(db, slog.New(slog.DiscardHandler), events.Config{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.ServeStream(w, req, events.ProjectStream(p.ID))

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 
 	"atelier/events"
 	"atelier/models"
@@ -77,7 +76,7 @@ func TestFallingBehindEndsWithResync(t *testing.T) {
 	db := dbtest.Store(t)
 	id := project(t, db)
 	ctx := context.Background()
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	noLeaks(t)
 	r := events.New(db, slog.New(slog.DiscardHandler), events.Config{Queue: 32, WriteTimeout: time.Minute})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.ServeStream(w, req, events.ProjectStream(id))

@@ -645,12 +645,17 @@ func TestBrowserDashboardMeterMoves(t *testing.T) {
 	}
 
 	done := make(chan commandJSON, 1)
-	started := time.Now()
 	go func() {
 		out, _ := owner.run(base, "sleep 2; echo ran", "")
 		done <- out
 	}()
-	moves("reserved", strconv.FormatInt(meter.Chunk, 10), started)
+	// The second runs from the reservation itself: a command may first
+	// wait for the session's preparation, which is not the dashboard's lag.
+	wait.For(t, wait.Long, "the command's reservation", func() bool {
+		u, err := h.app.Meter.Usage(t.Context(), id)
+		return err == nil && u.Reserved == meter.Chunk
+	})
+	moves("reserved", strconv.FormatInt(meter.Chunk, 10), time.Now())
 	out := <-done
 	ended := time.Now()
 	if !strings.Contains(out.Stdout, "ran") {
