@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"atelier/events"
 	"atelier/testrig/dbtest"
 )

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-
 	"atelier/events"
 	"atelier/models"
 	"atelier/testrig/dbtest"

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-
 	"atelier/events"
 	"atelier/models"
 	"atelier/testrig/dbtest"
