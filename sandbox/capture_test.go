@@ -45,7 +45,7 @@ func TestTailCutKeepsUTF8(t *testing.T) {
 		{"€", 8, 3, false},                             // nothing cut
 		{"a\x80\x80\x80\x80b", 5, 2, true},             // at most 3 dropped
 	} {
-		c := newCapture(Limits{MaxStream: int64(tc.max), Tail: true}.withDefaults(), nil)
+		c := newCapture(Limits{MaxStream: int64(tc.max), Tail: true}.WithDefaults(), nil)
 		c.write(&c.out, []byte(tc.text))
 		var r Result
 		c.fill(&r)
@@ -68,7 +68,7 @@ func TestTailSharesACombinedLimit(t *testing.T) {
 		{100, 100, 50, 50},
 		{30, 40, 30, 40},
 	} {
-		c := newCapture(Limits{MaxCombined: 100, Tail: true}.withDefaults(), nil)
+		c := newCapture(Limits{MaxCombined: 100, Tail: true}.WithDefaults(), nil)
 		c.write(&c.out, bytes.Repeat([]byte("o"), tc.out))
 		c.write(&c.err, bytes.Repeat([]byte("e"), tc.err))
 		var r Result

@@ -56,7 +56,7 @@ type starter func(stdout, stderr *os.File) (*exec.Cmd, tree, error)
 // whatever of its tree is left, so a background child holding the output
 // pipes cannot keep it waiting.
 func run(ctx context.Context, lim Limits, live io.Writer, start starter) (*Result, error) {
-	lim = lim.withDefaults()
+	lim = lim.WithDefaults()
 	if err := ctx.Err(); err != nil {
 		return nil, &RunError{Kind: Canceled, Partial: Result{ExitCode: -1}, Err: context.Cause(ctx)}
 	}

@@ -25,7 +25,8 @@ type Limits struct {
 	TimeoutExit int
 }
 
-func (l Limits) withDefaults() Limits {
+// WithDefaults fills what l leaves unset.
+func (l Limits) WithDefaults() Limits {
 	if l.Timeout <= 0 {
 		l.Timeout = DefaultTimeout
 	}
