@@ -21,6 +21,7 @@ import (
 	"atelier/migrations"
 	"atelier/models"
 	"atelier/sandbox"
+	"atelier/sandbox/kube/inpod"
 	"atelier/server"
 )
 
@@ -36,6 +37,10 @@ const usage = `usage:
                                 end their sign-ins (also a lost admin's way back)`
 
 func main() {
+	// The sandbox pod's helper needs none of the server's set-up below.
+	if len(os.Args) > 1 && os.Args[1] == "sandbox-pod" {
+		os.Exit(inpod.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	// A sandboxed command starts as a copy of this binary that prepares
 	// itself and becomes the command; it must not get past this line.
 	sandbox.Init()

@@ -1,0 +1,332 @@
+//go:build linux
+
+package inpod
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+)
+
+// manifestLineMax bounds one line of the manifest: a path and a link's
+// target, each at most PATH_MAX, and the rest.
+const manifestLineMax = 64 << 10
+
+// errOverflow stops a walk at -max-entries.
+var errOverflow = errors.New("inpod: changes: too many entries")
+
+type changesOptions struct {
+	root                 string
+	maxDepth, maxEntries int
+	maxFile, maxBytes    int64
+}
+
+func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	flags := flag.NewFlagSet("changes", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	var o changesOptions
+	flags.StringVar(&o.root, "root", "/workspace", "the workspace")
+	flags.IntVar(&o.maxDepth, "max-depth", 64, "folders at this depth are not entered")
+	flags.IntVar(&o.maxEntries, "max-entries", 100000, "entries reported at most")
+	flags.Int64Var(&o.maxFile, "max-file", 1<<20, "bytes of one file's content sent at most")
+	flags.Int64Var(&o.maxBytes, "max-bytes", 64<<20, "bytes of content sent at most")
+	if err := flags.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadArgs, err)
+	}
+	if flags.NArg() > 0 {
+		return fmt.Errorf("%w: changes: unexpected %q", ErrBadArgs, flags.Arg(0))
+	}
+	if o.maxDepth < 1 || o.maxEntries < 1 || o.maxFile < 0 || o.maxBytes < 0 {
+		return fmt.Errorf("%w: changes: bounds must be positive", ErrBadArgs)
+	}
+	fw := newFrameWriter(stdout, false)
+	w := &walker{opt: o, fw: fw, budget: o.maxBytes, seen: map[string]bool{}, closed: map[string]bool{}}
+	var err error
+	if w.manifest, err = readManifest(stdin); err == nil {
+		err = w.walk()
+	}
+	if err != nil {
+		w.st.Error = err.Error()
+	}
+	if err := fw.json(FrameStatus, w.st); err != nil {
+		return err
+	}
+	return fw.flush()
+}
+
+// readManifest reads the server's manifest, JSON lines of Entry, up to
+// the end of the input or an empty line: a server that cannot close the
+// helper's input (Kubernetes exec over WebSocket v4) ends it so.
+func readManifest(r io.Reader) (map[string]Entry, error) {
+	m := make(map[string]Entry)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), manifestLineMax)
+	for sc.Scan() {
+		if len(sc.Bytes()) == 0 {
+			return m, nil
+		}
+		var e Entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("inpod: changes: read manifest: %w", err)
+		}
+		if e.Kind != KindWhiteout { // what unpack removed is no path
+			m[e.Path] = e
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("inpod: changes: read manifest: %w", err)
+	}
+	return m, nil
+}
+
+// walker reports what differs between the tree and the manifest. It goes
+// through descriptors, one folder at a time, so that no link is followed
+// whatever the session's code swaps in meanwhile.
+type walker struct {
+	opt      changesOptions
+	fw       *frameWriter
+	manifest map[string]Entry
+	seen     map[string]bool // manifest paths met
+	closed   map[string]bool // folders not entered: what the manifest has below them is unknown
+	buf      []byte          // a file's content
+	budget   int64           // bytes of content still to be sent
+	st       ChangesStatus
+}
+
+func (w *walker) walk() error {
+	fd, err := unix.Open(w.opt.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("inpod: changes: open %s: %w", w.opt.root, err)
+	}
+	err = w.folder(fd, "", 0)
+	if err == nil {
+		err = w.whiteouts()
+	}
+	if errors.Is(err, errOverflow) {
+		w.st.Overflow = true
+		return nil
+	}
+	return err
+}
+
+// folder walks the open folder fd, at rel and depth, and closes it.
+func (w *walker) folder(fd int, rel string, depth int) error {
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	for {
+		names, err := f.Readdirnames(256)
+		for _, name := range names {
+			if err := w.entry(fd, rel, name, depth+1); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("inpod: changes: read folder %q: %w", rel, err)
+		}
+	}
+}
+
+func (w *walker) entry(dirfd int, dir, name string, depth int) error {
+	if !utf8.ValidString(name) {
+		w.st.Skipped++
+		return nil
+	}
+	rel := path.Join(dir, name)
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil // gone meanwhile
+		}
+		return fmt.Errorf("inpod: changes: stat %q: %w", rel, err)
+	}
+	e := entryOfUnix(rel, &st)
+	if _, ok := w.manifest[rel]; ok {
+		w.seen[rel] = true
+	}
+	switch e.Kind {
+	case KindDir:
+		if depth >= w.opt.maxDepth {
+			e.TooDeep = true
+			w.closed[rel] = true
+			return w.report(e, nil)
+		}
+		child, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			e.Unreadable = true
+			w.closed[rel] = true
+			return w.report(e, nil)
+		}
+		if w.changed(e) {
+			if err := w.report(e, nil); err != nil {
+				unix.Close(child)
+				return err
+			}
+		}
+		return w.folder(child, rel, depth)
+	case KindLink:
+		target, err := readlinkat(dirfd, name)
+		if err != nil {
+			return fmt.Errorf("inpod: changes: read link %q: %w", rel, err)
+		}
+		e.Target = target
+	case KindFile:
+		if w.changed(e) {
+			return w.file(dirfd, name, e)
+		}
+		return nil
+	}
+	if w.changed(e) {
+		return w.report(e, nil)
+	}
+	return nil
+}
+
+// file reports a changed regular file, with its content when the bounds
+// allow. It opens it without following a link or waiting on a FIFO, and
+// sends the content only when the file it read is regular and did not
+// change while it read it.
+func (w *walker) file(dirfd int, name string, e *Entry) error {
+	if e.Size > w.opt.maxFile || e.Size > w.budget {
+		return w.report(e, nil)
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return w.report(e, nil)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return w.report(e, nil)
+	}
+	e = entryOfUnix(e.Path, &st)
+	if e.Kind != KindFile || e.Size > w.opt.maxFile || e.Size > w.budget {
+		return w.report(e, nil)
+	}
+	if int64(cap(w.buf)) < e.Size {
+		w.buf = make([]byte, e.Size)
+	}
+	buf := w.buf[:e.Size]
+	if buf == nil {
+		buf = []byte{} // an empty file's content, which report tells from none
+	}
+	if n, err := readFull(fd, buf); err != nil || n != len(buf) {
+		return w.report(e, nil)
+	}
+	var after unix.Stat_t
+	if err := unix.Fstat(fd, &after); err != nil || after.Ctim != st.Ctim || after.Size != st.Size {
+		return w.report(e, nil)
+	}
+	w.budget -= e.Size
+	return w.report(e, buf)
+}
+
+// readFull reads into buf until it is full or the file ends.
+func readFull(fd int, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// changed says whether e differs from what the manifest holds at its path.
+func (w *walker) changed(e *Entry) bool {
+	m, ok := w.manifest[e.Path]
+	if !ok || m.Kind != e.Kind {
+		return true
+	}
+	switch e.Kind {
+	case KindFile:
+		return m.Ino != e.Ino || m.CtimeNs != e.CtimeNs || m.Size != e.Size || m.Mode != e.Mode
+	case KindDir:
+		return m.Mode != e.Mode
+	case KindLink:
+		return m.Target != e.Target
+	}
+	return m.Ino != e.Ino || m.CtimeNs != e.CtimeNs
+}
+
+// report sends e, then its content when content is not nil.
+func (w *walker) report(e *Entry, content []byte) error {
+	if w.st.Entries >= w.opt.maxEntries {
+		return errOverflow
+	}
+	w.st.Entries++
+	e.Content = content != nil
+	if err := w.fw.json(FrameEntry, e); err != nil {
+		return err
+	}
+	return w.fw.chunks(FrameContent, content)
+}
+
+// whiteouts reports the manifest's paths that are gone, but not those
+// below a folder that is gone too, nor those below a folder not entered.
+func (w *walker) whiteouts() error {
+	var gone []string
+	for p := range w.manifest {
+		if !w.seen[p] && p != "" && p != "." && !w.hidden(p) {
+			gone = append(gone, p)
+		}
+	}
+	slices.Sort(gone)
+	for _, p := range gone {
+		if err := w.report(&Entry{Path: p, Kind: KindWhiteout}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hidden says whether p lies below a folder that was not entered, or
+// below one of the manifest's folders that is gone.
+func (w *walker) hidden(p string) bool {
+	for d := path.Dir(p); d != "." && d != "/"; d = path.Dir(d) {
+		if w.closed[d] {
+			return true
+		}
+		if _, ok := w.manifest[d]; ok && !w.seen[d] {
+			return true
+		}
+	}
+	return false
+}
+
+func entryOfUnix(name string, st *unix.Stat_t) *Entry {
+	return entryOf(name, st.Mode, st.Ino, st.Size, st.Ctim.Nano(), st.Mtim.Nano())
+}
+
+// readlinkat reads a link's target, growing its buffer for a long one.
+func readlinkat(dirfd int, name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
+}

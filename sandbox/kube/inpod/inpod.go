@@ -1,0 +1,152 @@
+// Package inpod is the helper that runs inside a Kubernetes sandbox pod:
+// the atelier binary started as `atelier sandbox-pod <verb>` through
+// Kubernetes exec, which can neither signal a process nor bound its time.
+// It runs a command under limits and kills all it started (run), writes a
+// tar stream into the workspace (unpack), reports what changed there
+// (changes), ends every process of the pod (killall) and is the pod's
+// main process, which reaps orphans (idle). It answers in frames
+// (WriteFrame), which the server reads with a FrameReader, treating every
+// byte as hostile: the session's code runs as the same user as the
+// helper and may tamper with it.
+package inpod
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"unicode/utf8"
+)
+
+// Main runs the verb named by args[0] with the rest of args as its flags
+// and returns the process's exit code: 0 whenever a status frame was
+// written, even for a command that failed, 2 for bad arguments.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: atelier sandbox-pod run|unpack|changes|killall|idle|shell [flags]")
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "shell":
+		// The shell's own exit code is the helper's: the exec stream
+		// carries nothing else back.
+		code, err := shellVerb(args[1:], stderr)
+		if err != nil {
+			fmt.Fprintln(stderr, "atelier sandbox-pod:", err)
+			return 2
+		}
+		return code
+	case "run":
+		err = runVerb(args[1:], stdin, stdout, stderr)
+	case "unpack":
+		err = unpackVerb(args[1:], stdin, stdout, stderr)
+	case "changes":
+		err = changesVerb(args[1:], stdin, stdout, stderr)
+	case "killall":
+		err = killallVerb(args[1:], stdout, stderr)
+	case "idle":
+		err = idleVerb(args[1:], stderr)
+	default:
+		err = fmt.Errorf("%w: unknown verb %q", ErrBadArgs, args[0])
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "atelier sandbox-pod:", err)
+		return 2
+	}
+	return 0
+}
+
+// Kinds of Entry.
+const (
+	KindFile     = "file"
+	KindDir      = "dir"
+	KindLink     = "link"
+	KindOther    = "other"    // a FIFO, socket or device: never opened
+	KindWhiteout = "whiteout" // a path that is gone
+)
+
+// Entry is one path of the workspace, as unpack and changes report it and
+// as the server's manifest keeps it. A regular file whose Ino, CtimeNs,
+// Size and Mode are unchanged has unchanged content: the kernel sets
+// ctime on every change and the user cannot set it back.
+type Entry struct {
+	Path    string `json:"path"` // slash-separated, relative to the root
+	Kind    string `json:"kind"`
+	Mode    uint32 `json:"mode"` // permission bits, with setuid, setgid and sticky
+	Size    int64  `json:"size"`
+	Ino     uint64 `json:"ino"`
+	CtimeNs int64  `json:"ctimeNs"`
+	MtimeNs int64  `json:"mtimeNs,omitempty"`
+	Target  string `json:"target,omitempty"` // a link's
+	// TooDeep: a folder at the depth bound, which changes did not enter.
+	TooDeep bool `json:"tooDeep,omitempty"`
+	// Unreadable: a folder changes could not open, so did not enter.
+	Unreadable bool `json:"unreadable,omitempty"`
+	// Content: FrameContent frames follow with the file's content, Size
+	// bytes in all.
+	Content bool `json:"content"`
+}
+
+// RunStatus is run's final frame.
+type RunStatus struct {
+	Exit            int    `json:"exit"`   // -1 when a signal ended the command
+	Signal          string `json:"signal"` // e.g. "killed"
+	TimedOut        bool   `json:"timedOut"`
+	Overflow        bool   `json:"overflow"`
+	StdoutTruncated bool   `json:"stdoutTruncated"`
+	StderrTruncated bool   `json:"stderrTruncated"`
+	DurationNs      int64  `json:"durationNs"`
+	// Left counts the command's processes still alive when the helper
+	// gave up killing them.
+	Left  int    `json:"left,omitempty"`
+	Error string `json:"error,omitempty"` // the command did not start
+}
+
+// KillStatus is killall's final frame.
+type KillStatus struct {
+	Left int `json:"left"` // processes still alive when it gave up
+}
+
+// UnpackStatus is unpack's final frame.
+type UnpackStatus struct {
+	Entries int    `json:"entries"`
+	Error   string `json:"error,omitempty"`
+}
+
+// ChangesStatus is changes' final frame.
+type ChangesStatus struct {
+	Entries  int  `json:"entries"`  // entries reported
+	Overflow bool `json:"overflow"` // the walk stopped at -max-entries
+	// Skipped counts entries whose names are not UTF-8, which JSON cannot
+	// carry: they are neither reported nor entered.
+	Skipped int    `json:"skipped,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+func marshal(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("inpod: encode %T: %w", v, err)
+	}
+	return b, nil
+}
+
+// cleanRel checks a slash-separated path relative to a root: neither
+// absolute nor with a ".." element, and it returns it cleaned; "." for
+// the root itself.
+func cleanRel(p string) (string, error) {
+	if p == "" {
+		return ".", nil
+	}
+	if strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) || !utf8.ValidString(p) {
+		return "", fmt.Errorf("%w: %q", ErrBadPath, p)
+	}
+	for _, el := range strings.Split(p, "/") {
+		if el == ".." {
+			return "", fmt.Errorf("%w: %q", ErrBadPath, p)
+		}
+	}
+	return path.Clean(p), nil
+}

@@ -1,0 +1,125 @@
+//go:build linux
+
+package inpod
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// idleVerb is the pod's main process, PID 1 of its container, which runs
+// nothing itself: the kernel hands it every orphan of the pod, which it
+// reaps, and it ends at SIGTERM so that a deleted pod goes at once (PID 1
+// has no default action for it).
+func idleVerb(args []string, stderr io.Writer) error {
+	flags := flag.NewFlagSet("idle", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	if err := flags.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadArgs, err)
+	}
+	// Orphans come to it even when it is not PID 1 (a pod sharing its
+	// process namespace).
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("inpod: idle: become a subreaper: %w", err)
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	for {
+		for {
+			pid, err := unix.Wait4(-1, nil, unix.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+		}
+		if sig := <-sigs; sig != syscall.SIGCHLD {
+			return nil
+		}
+	}
+}
+
+// killallVerb ends every process of the pod it may signal, but PID 1 and
+// itself, and reports in a KillStatus how many it could not.
+func killallVerb(args []string, stdout, stderr io.Writer) error {
+	flags := flag.NewFlagSet("killall", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	if err := flags.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadArgs, err)
+	}
+	if os.Getuid() == 0 {
+		// In a pod it never is (the pod runs as non-root); as root on a
+		// host it would end every process of the host.
+		return errors.New("inpod: killall refuses to run as root")
+	}
+	self := os.Getpid()
+	left := killLoop(func() []proc {
+		var out []proc
+		for _, p := range procs() {
+			if p.pid != 1 && p.pid != self {
+				out = append(out, p)
+			}
+		}
+		return out
+	}, 0)
+	fw := newFrameWriter(stdout, false)
+	if err := fw.json(FrameStatus, KillStatus{Left: left}); err != nil {
+		return err
+	}
+	return fw.flush()
+}
+
+// shellVerb runs an interactive bash in root on the exec stream's
+// terminal and returns its exit code once it and everything it started
+// have ended: at its exit, or when the terminal goes (the stream closed,
+// which the pod's runtime turns into a hang-up), as a local shell's
+// namespace goes with it.
+func shellVerb(args []string, stderr io.Writer) (int, error) {
+	flags := flag.NewFlagSet("shell", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	root := flags.String("root", "/workspace", "where the shell starts")
+	if err := flags.Parse(args); err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrBadArgs, err)
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("inpod: shell: become a subreaper: %w", err)
+	}
+	hangup := make(chan os.Signal, 1)
+	signal.Notify(hangup, syscall.SIGHUP, syscall.SIGTERM)
+	defer signal.Stop(hangup)
+	shell := exec.Command("/bin/bash", "-i")
+	shell.Dir = *root
+	shell.Stdin, shell.Stdout, shell.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := shell.Start(); err != nil {
+		return 0, fmt.Errorf("inpod: shell: %w", err)
+	}
+	ended := make(chan struct{})
+	go func() {
+		select {
+		case <-hangup:
+			killTree(shell.Process.Pid)
+		case <-ended:
+		}
+	}()
+	err := shell.Wait()
+	close(ended)
+	killTree(0)
+	var exited *exec.ExitError
+	switch {
+	case errors.As(err, &exited):
+		if ws, ok := exited.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return exited.ExitCode(), nil
+	case err != nil:
+		return 0, fmt.Errorf("inpod: shell: %w", err)
+	}
+	return 0, nil
+}
