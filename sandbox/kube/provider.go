@@ -1,0 +1,611 @@
+package kube
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"atelier/sandbox"
+	"atelier/sandbox/kube/inpod"
+)
+
+// Provider runs each session in a pod of its own. The pod is the
+// cluster's, found by the session's label from any instance; what this
+// instance keeps is the manifest of what it wrote there (the base, as the
+// pod's kernel reported each file), against which Changed finds what the
+// session's code changed. A session whose pod this instance has no
+// manifest of is built again (Prepared.Fresh), as after a restart.
+type Provider struct {
+	cfg     Config
+	cluster *cluster
+	exec    *Exec
+	open    OpenSessions
+	log     *slog.Logger
+	root    string // the workspace in the pod (workspaceDir; a test's folder)
+
+	mu   sync.Mutex
+	live map[string]*podWorkspace // by session id
+
+	policies sync.Mutex // held while the NetworkPolicies are applied
+	applied  bool
+
+	stop context.CancelFunc
+	loop sync.WaitGroup
+}
+
+// OpenSessions answers which of ids name sessions still open (the
+// database's answer), for the reaper.
+type OpenSessions func(ctx context.Context, ids []string) (map[string]bool, error)
+
+// podWorkspace is a session's pod and the manifest of its base.
+type podWorkspace struct {
+	pod      string
+	manifest []byte // JSON lines of inpod.Entry, as unpack reported them
+}
+
+var _ sandbox.Provider = (*Provider)(nil)
+
+// Bounds of what a pod's helper may send back: it runs beside the
+// session's code, which may have taken it over.
+const (
+	frameMax = 64 << 10 // any one frame: output chunks are 32 KiB, entries far less
+	// manifestMax bounds the manifest of one workspace: some 700,000 files
+	// of the base's; a larger base is refused by the code store first.
+	manifestMax = 128 << 20
+	// changesFileMax is the most of one file Changed brings back: one byte
+	// past the largest edit, so that a larger file is seen to be larger.
+	changesFileMax  = 262_144 + 1
+	changesBytesMax = 64 << 20
+	changesEntries  = 200_000
+)
+
+// maintainEvery is how often the warm pool is topped up and pods of ended
+// sessions are reaped, by every instance.
+const maintainEvery = 30 * time.Second
+
+// New connects to the cluster rc reaches. The NetworkPolicies are applied
+// before the first session's pod starts; the warm pool and the reaper
+// keep running until Close.
+func New(cfg Config, rc *rest.Config, open OpenSessions, log *slog.Logger) (*Provider, error) {
+	cfg = cfg.Defaults()
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	api, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
+	}
+	return newProvider(cfg, api, NewExec(rc, cfg.Namespace, containerName), open, log), nil
+}
+
+func newProvider(cfg Config, api dynamic.Interface, exec *Exec, open OpenSessions, log *slog.Logger) *Provider {
+	ctx, stop := context.WithCancel(context.Background())
+	p := &Provider{cfg: cfg, cluster: newCluster(api, cfg), exec: exec, open: open, log: log,
+		live: map[string]*podWorkspace{}, stop: stop, root: workspaceDir}
+	p.loop.Go(func() { p.maintain(ctx) })
+	return p
+}
+
+// maintain tops up the warm pool and reaps until ctx ends.
+func (p *Provider) maintain(ctx context.Context) {
+	t := time.NewTicker(maintainEvery)
+	defer t.Stop()
+	for {
+		if p.cfg.WarmPods > 0 {
+			if err := p.cluster.topUpWarm(ctx); err != nil && ctx.Err() == nil {
+				p.log.Warn("warm sandbox pods not topped up", "err", err)
+			}
+		}
+		if p.open != nil {
+			if err := p.cluster.reap(ctx, p.open); err != nil && ctx.Err() == nil {
+				p.log.Warn("sandbox pods of ended sessions not reaped", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Available is nil: whether the cluster answers is known at the first
+// call that needs it, and reported there.
+func (p *Provider) Available() error { return nil }
+
+// helper is argv for the pod's helper verb.
+func (p *Provider) helper(verb string, args ...string) []string {
+	return append([]string{p.cfg.Helper, "sandbox-pod", verb}, args...)
+}
+
+// applyPolicies applies the NetworkPolicies once per provider, before the
+// first pod: a pod must never run before the policy that confines it.
+func (p *Provider) applyPolicies(ctx context.Context) error {
+	p.policies.Lock()
+	defer p.policies.Unlock()
+	if p.applied {
+		return nil
+	}
+	if err := p.cluster.applyPolicies(ctx); err != nil {
+		return err
+	}
+	p.applied = true
+	return nil
+}
+
+// podOf finds or makes session s's running pod: its own, one from the
+// warm pool, or a new one.
+func (p *Provider) podOf(ctx context.Context, s sandbox.Session) (string, error) {
+	if err := p.applyPolicies(ctx); err != nil {
+		return "", err
+	}
+	pod, err := p.cluster.sessionPod(ctx, s.ID)
+	if errors.Is(err, ErrNoSessionPod) {
+		pod, err = p.cluster.claimWarm(ctx, s)
+		if errors.Is(err, ErrNoWarmPod) {
+			pod, err = p.cluster.createSessionPod(ctx, s)
+		}
+		if err == nil && (pod.DeletionTimestamp != nil || podEnded(pod)) {
+			// The session's own pod of an earlier life, ended: its name
+			// is taken until it is gone.
+			if err = p.cluster.deletePod(ctx, pod.Name, pod.UID, ""); err == nil {
+				err = fmt.Errorf("%w: pod %s is being replaced; try again in a moment", ErrPodEnded, pod.Name)
+			}
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	if pod, err = p.cluster.waitRunning(ctx, pod.Name); err != nil {
+		return "", err
+	}
+	return pod.Name, nil
+}
+
+// workspace is the session's prepared pod, or an error saying Prepare
+// must come first.
+func (p *Provider) workspace(s sandbox.Session) (*podWorkspace, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ws := p.live[s.ID]; ws != nil {
+		return ws, nil
+	}
+	return nil, fmt.Errorf("%w: session %s", errNoWorkspace, s.ID)
+}
+
+// Prepare finds or starts the session's pod and, when this instance has
+// not written its workspace, empties it and unpacks base there, keeping
+// the manifest the pod's helper reports.
+func (p *Provider) Prepare(ctx context.Context, s sandbox.Session, base sandbox.Base) (sandbox.Prepared, error) {
+	if ws, err := p.workspace(s); err == nil {
+		if pod, err := p.cluster.getPod(ctx, ws.pod); err == nil && pod.DeletionTimestamp == nil && !podEnded(pod) {
+			return sandbox.Prepared{Layered: true}, nil
+		}
+		p.forget(s.ID)
+	}
+	pod, err := p.podOf(ctx, s)
+	if err != nil {
+		return sandbox.Prepared{}, err
+	}
+	tarball, wrote := io.Pipe()
+	go func() { wrote.CloseWithError(base.WriteTar(ctx, wrote)) }()
+	defer tarball.Close()
+	var manifest bytes.Buffer
+	err = p.unpack(ctx, pod, tarball, true, func(e []byte) error {
+		if manifest.Len()+len(e) > manifestMax {
+			return fmt.Errorf("kube: the base's manifest passed %d bytes", manifestMax)
+		}
+		manifest.Write(e)
+		manifest.WriteByte('\n')
+		return nil
+	})
+	if err != nil {
+		return sandbox.Prepared{}, err
+	}
+	p.mu.Lock()
+	p.live[s.ID] = &podWorkspace{pod: pod, manifest: manifest.Bytes()}
+	p.mu.Unlock()
+	return sandbox.Prepared{Fresh: true, Layered: true}, nil
+}
+
+// unpack streams a tar into the pod's workspace; each entry the helper
+// reports goes to written.
+func (p *Provider) unpack(ctx context.Context, pod string, tarball io.Reader, reset bool, written func(entry []byte) error) error {
+	args := []string{"-root", p.root}
+	if reset {
+		args = append(args, "-reset")
+	}
+	var status inpod.UnpackStatus
+	err := p.frames(ctx, pod, p.helper("unpack", args...), tarball, &status, func(kind byte, payload []byte, _ *inpod.FrameReader) error {
+		if kind == inpod.FrameEntry && written != nil {
+			return written(payload)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if status.Error != "" {
+		return fmt.Errorf("kube: unpack in pod %s: %s", pod, status.Error)
+	}
+	return nil
+}
+
+// frames runs a helper verb and hands each frame but the last to each;
+// the last, the status, is decoded into status. Whatever the helper
+// sends is bounded by frameMax a frame.
+func (p *Provider) frames(ctx context.Context, pod string, argv []string, stdin io.Reader, status any,
+	each func(kind byte, payload []byte, fr *inpod.FrameReader) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out, in := io.Pipe()
+	var stderr limitedBuffer
+	ran := make(chan error, 1)
+	go func() {
+		code, err := p.exec.Run(ctx, pod, argv, ExecOptions{Stdin: stdin, Stdout: in, Stderr: &stderr})
+		if err == nil && code != 0 {
+			err = fmt.Errorf("kube: the pod's helper exited %d: %s", code, stderr.String())
+		}
+		in.CloseWithError(err)
+		ran <- err
+	}()
+	fr := inpod.NewFrameReader(out, frameMax)
+	var got bool
+	var failed error
+	for failed == nil {
+		kind, payload, err := fr.Next()
+		if err != nil {
+			failed = err
+			break
+		}
+		if kind == inpod.FrameStatus {
+			got, failed = true, json.Unmarshal(payload, status)
+			break
+		}
+		failed = each(kind, payload, fr)
+	}
+	if failed != nil && !errors.Is(failed, io.EOF) {
+		cancel()
+	}
+	out.CloseWithError(io.ErrClosedPipe) // unblocks the exec's writes
+	runErr := <-ran
+	switch {
+	case got && failed == nil:
+		return nil
+	case runErr != nil:
+		return runErr
+	case errors.Is(failed, io.EOF):
+		return fmt.Errorf("kube: the pod's helper ended without a status: %s", stderr.String())
+	}
+	return fmt.Errorf("kube: pod %s: %w", pod, failed)
+}
+
+// Write writes one file into the session's workspace, or removes it, as
+// a tar of one entry.
+func (p *Provider) Write(ctx context.Context, s sandbox.Session, f sandbox.File) error {
+	ws, err := p.workspace(s)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	h := &tar.Header{Name: f.Path, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(f.Content)), Format: tar.FormatPAX}
+	if !f.Exists {
+		h.Size = 0
+		h.PAXRecords = map[string]string{inpod.RemoveRecord: "1"}
+	}
+	if err := tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("kube: write %s: %w", f.Path, err)
+	}
+	if f.Exists {
+		tw.Write(f.Content)
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("kube: write %s: %w", f.Path, err)
+	}
+	return p.unpack(ctx, ws.pod, &buf, false, nil)
+}
+
+// Run runs c under the pod's helper, which bounds its time, kills all it
+// started and reports how it ended; its output is kept here within
+// c.Limits as the local runner keeps it.
+func (p *Provider) Run(ctx context.Context, s sandbox.Session, c sandbox.Command) (*sandbox.Result, error) {
+	ws, err := p.workspace(s)
+	if err != nil {
+		return nil, err
+	}
+	lim := c.Limits.WithDefaults()
+	args := []string{"-root", p.root, "-dir", c.Folder, "-hold",
+		"-timeout", lim.Timeout.String(),
+		"-max-stream", strconv.FormatInt(lim.MaxStream, 10),
+		"-max-combined", strconv.FormatInt(lim.MaxCombined, 10)}
+	if lim.Tail {
+		args = append(args, "-tail")
+	}
+	args = append(append(args, "--"), c.Argv...)
+	out := sandbox.NewOutputCapture(lim, c.Output)
+	// The helper reads nothing from its input but its end: a stream that
+	// closes (this call's ctx ending) ends the command.
+	hold, release := io.Pipe()
+	defer release.Close()
+	var status inpod.RunStatus
+	err = p.frames(ctx, ws.pod, p.helper("run", args...), hold, &status, func(kind byte, payload []byte, _ *inpod.FrameReader) error {
+		switch kind {
+		case inpod.FrameStdout:
+			out.Stdout(payload)
+		case inpod.FrameStderr:
+			out.Stderr(payload)
+		}
+		return nil
+	})
+	res := sandbox.Result{ExitCode: status.Exit, Signal: status.Signal, Duration: time.Duration(status.DurationNs)}
+	out.Fill(&res)
+	switch {
+	case ctx.Err() != nil:
+		return nil, &sandbox.RunError{Kind: sandbox.Canceled, Partial: res, Err: context.Cause(ctx)}
+	case err != nil:
+		return nil, err
+	case status.Error != "":
+		return nil, &sandbox.RunError{Kind: sandbox.Start, Err: errors.New(status.Error)}
+	case status.Left > 0:
+		return nil, &sandbox.RunError{Kind: sandbox.Cleanup, Partial: res, Err: fmt.Errorf("%d processes left", status.Left)}
+	case status.Overflow || out.Overflowed():
+		return nil, &sandbox.RunError{Kind: sandbox.Overflow, Partial: res}
+	case status.TimedOut && lim.TimeoutExit > 0:
+		res.ExitCode, res.TimedOut = lim.TimeoutExit, true
+		return &res, nil
+	case status.TimedOut:
+		return nil, &sandbox.RunError{Kind: sandbox.Timeout, Partial: res}
+	}
+	return &res, nil
+}
+
+// Anticipate does nothing: the warm pool is what a pod makes ready ahead.
+func (p *Provider) Anticipate(sandbox.Session) {}
+
+// Start starts a shell under the pod's helper, on the terminal of one
+// exec stream.
+func (p *Provider) Start(_ context.Context, s sandbox.Session, cols, rows int) (sandbox.Console, error) {
+	ws, err := p.workspace(s)
+	if err != nil {
+		return nil, err
+	}
+	return startConsole(p.exec, ws.pod, p.helper("shell", "-root", p.root), cols, rows), nil
+}
+
+// Changed has the pod's helper compare the workspace with the manifest
+// and visits what differs, files with their content.
+func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int, visit func(sandbox.Entry) error) error {
+	ws, err := p.workspace(s)
+	if err != nil {
+		return err
+	}
+	args := []string{"-root", p.root, "-max-depth", strconv.Itoa(maxDepth),
+		"-max-entries", strconv.Itoa(changesEntries), "-max-file", strconv.Itoa(changesFileMax),
+		"-max-bytes", strconv.Itoa(changesBytesMax)}
+	// The manifest, then an empty line: a stream that cannot close the
+	// helper's input (WebSocket v4) still ends it.
+	manifest := io.MultiReader(bytes.NewReader(ws.manifest), strings.NewReader("\n"))
+	var status inpod.ChangesStatus
+	var skipped string // a folder visit skipped: nothing below it is visited
+	stopped := errors.New("visit stopped")
+	err = p.frames(ctx, ws.pod, p.helper("changes", args...), manifest, &status, func(kind byte, payload []byte, fr *inpod.FrameReader) error {
+		if kind != inpod.FrameEntry {
+			return nil
+		}
+		var e inpod.Entry
+		if err := json.Unmarshal(payload, &e); err != nil {
+			return fmt.Errorf("a bad entry: %w", err)
+		}
+		content, err := readContent(fr, e)
+		if err != nil {
+			return err
+		}
+		if skipped != "" && strings.HasPrefix(e.Path, skipped+"/") {
+			return nil
+		}
+		entry, ok := sandboxEntry(e, content)
+		if !ok {
+			return nil
+		}
+		switch err := visit(entry); {
+		case errors.Is(err, fs.SkipDir):
+			skipped = e.Path
+		case errors.Is(err, fs.SkipAll):
+			return stopped
+		case err != nil:
+			return err
+		}
+		return nil
+	})
+	if errors.Is(err, stopped) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if status.Error != "" {
+		return fmt.Errorf("kube: changes in pod %s: %s", ws.pod, status.Error)
+	}
+	return nil
+}
+
+// readContent reads the content frames that follow an entry with
+// Content, at most changesFileMax bytes.
+func readContent(fr *inpod.FrameReader, e inpod.Entry) ([]byte, error) {
+	if !e.Content {
+		return nil, nil
+	}
+	if e.Size < 0 || e.Size > changesFileMax {
+		return nil, fmt.Errorf("an entry of %d bytes of content", e.Size)
+	}
+	content := make([]byte, 0, e.Size)
+	for int64(len(content)) < e.Size {
+		kind, payload, err := fr.Next()
+		if err != nil {
+			return nil, err
+		}
+		if kind != inpod.FrameContent || int64(len(content)+len(payload)) > e.Size {
+			return nil, fmt.Errorf("content of %s does not match its size", e.Path)
+		}
+		content = append(content, payload...)
+	}
+	return content, nil
+}
+
+// sandboxEntry is e as Changed's visit meets it; ok is false for an
+// entry whose path is not a clean relative one (a helper taken over).
+func sandboxEntry(e inpod.Entry, content []byte) (sandbox.Entry, bool) {
+	if e.Path == "" || strings.HasPrefix(e.Path, "/") || strings.Contains("/"+e.Path+"/", "/../") ||
+		strings.Contains("/"+e.Path+"/", "/./") || strings.Contains(e.Path, "//") {
+		return sandbox.Entry{}, false
+	}
+	kinds := map[string]sandbox.EntryKind{inpod.KindFile: sandbox.KindFile, inpod.KindDir: sandbox.KindDir,
+		inpod.KindLink: sandbox.KindLink, inpod.KindWhiteout: sandbox.KindWhiteout, inpod.KindOther: sandbox.KindOther}
+	kind, ok := kinds[e.Kind]
+	if !ok {
+		return sandbox.Entry{}, false
+	}
+	return sandbox.Entry{Path: e.Path, Kind: kind, TooDeep: e.TooDeep, Look: podLook{e: e, content: content}}, true
+}
+
+// podLook is an entry as the pod's helper reported it.
+type podLook struct {
+	e       inpod.Entry
+	content []byte
+}
+
+func (l podLook) Stat() (sandbox.FileStat, error) {
+	return sandbox.FileStat{Regular: l.e.Kind == inpod.KindFile, Ino: l.e.Ino, Size: l.e.Size, Mode: l.e.Mode,
+		MtimeNsec: l.e.MtimeNs, CtimeNsec: l.e.CtimeNs}, nil
+}
+
+// ReadFile gives the content the helper sent. A file within the bound
+// whose content did not come (the walk's byte budget spent) is EAGAIN:
+// the capture passes over it, and the next one reads it.
+func (l podLook) ReadFile(buf []byte) (int, sandbox.FileStat, error) {
+	st, _ := l.Stat()
+	if !l.e.Content && l.e.Size < changesFileMax {
+		return 0, st, syscall.EAGAIN
+	}
+	return copy(buf, l.content), st, nil
+}
+
+func (l podLook) Readlink() (string, error) {
+	if l.e.Kind != inpod.KindLink {
+		return "", syscall.EINVAL
+	}
+	return l.e.Target, nil
+}
+
+// KillAll ends every process in the session's pod but its main one.
+func (p *Provider) KillAll(ctx context.Context, s sandbox.Session) error {
+	pod, err := p.cluster.sessionPod(ctx, s.ID)
+	if errors.Is(err, ErrNoSessionPod) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var status inpod.KillStatus
+	if err := p.frames(ctx, pod.Name, p.helper("killall"), nil, &status, ignoreFrames); err != nil {
+		return err
+	}
+	if status.Left > 0 {
+		return fmt.Errorf("%w: %d processes in pod %s", sandbox.ErrProcessesLeft, status.Left, pod.Name)
+	}
+	return nil
+}
+
+func ignoreFrames(byte, []byte, *inpod.FrameReader) error { return nil }
+
+// Release deletes the session's pod, idle for its tail: its HOME goes
+// with it (emptyDirs live as long as their pod), and the next Prepare
+// starts another.
+func (p *Provider) Release(ctx context.Context, s sandbox.Session) error { return p.End(ctx, s) }
+
+// End deletes the session's pod.
+func (p *Provider) End(ctx context.Context, s sandbox.Session) error {
+	p.forget(s.ID)
+	pod, err := p.cluster.sessionPod(ctx, s.ID)
+	if errors.Is(err, ErrNoSessionPod) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return p.cluster.deletePod(ctx, pod.Name, pod.UID, "")
+}
+
+func (p *Provider) forget(id string) {
+	p.mu.Lock()
+	delete(p.live, id)
+	p.mu.Unlock()
+}
+
+// EndProject does nothing: a project keeps nothing in the cluster but
+// its sessions' pods.
+func (p *Provider) EndProject(context.Context, int64) error { return nil }
+
+// Recover deletes the pods of sessions no longer open; those of open
+// sessions stay for their next Prepare, which unpacks them afresh.
+func (p *Provider) Recover(ctx context.Context, open []sandbox.Session) error {
+	ids := map[string]bool{}
+	for _, s := range open {
+		ids[s.ID] = true
+	}
+	err := p.cluster.reap(ctx, func(_ context.Context, asked []string) (map[string]bool, error) {
+		answer := map[string]bool{}
+		for _, id := range asked {
+			answer[id] = ids[id]
+		}
+		return answer, nil
+	})
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("kube: the instances' Role lacks a verb (deploy/kubernetes): %w", err)
+	}
+	return err
+}
+
+// Close stops the warm pool and the reaper of this instance; the pods
+// stay, for whichever instance serves their sessions next.
+func (p *Provider) Close(context.Context) error {
+	p.stop()
+	p.loop.Wait()
+	return nil
+}
+
+// limitedBuffer keeps the first 4 KiB written to it: a helper's stderr,
+// for an error message.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p[:min(len(p), max(0, 4<<10-len(b.buf)))]...)
+	return len(p), nil
+}
+
+func (b *limitedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.TrimSpace(string(b.buf))
+}

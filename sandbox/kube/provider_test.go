@@ -1,0 +1,188 @@
+package kube
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+
+	"atelier/sandbox"
+	"atelier/sandbox/kube/inpod"
+	"atelier/testrig/kubeexec"
+	"atelier/testrig/wait"
+)
+
+// The pod's helper is this test binary, started through the exec rig as
+// the sandbox image starts atelier.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "sandbox-pod" {
+		os.Exit(inpod.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// tarBase is a base of a few files.
+type tarBase map[string]string
+
+func (b tarBase) ID() string { return "" }
+
+func (b tarBase) WriteTar(_ context.Context, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	for name, content := range b {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg}); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(tw, content); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+// newRigProvider is a Provider whose API server is the dynamic fake (a
+// pod runs as soon as it is created, as a kubelet would make it) and
+// whose exec reaches a folder of this host through the kubelet's own
+// streaming server, where this binary is the pod's helper.
+func newRigProvider(t *testing.T) (*Provider, *fakeAPI, string) {
+	t.Helper()
+	root := t.TempDir()
+	cfg := testConfig()
+	cfg.Helper = os.Args[0]
+	api := newFakeAPI(t)
+	t.Cleanup(api.checkVerbs)
+	api.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		u := a.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured)
+		return false, nil, unstructured.SetNestedField(u.Object, "Running", "status", "phase")
+	})
+	rc := kubeexec.Serve(t, &kubeexec.Processes{Dir: func(string) (string, error) { return root, nil }})
+	p := newProvider(cfg, api, NewExec(rc, cfg.Namespace, containerName), nil, slog.New(slog.DiscardHandler))
+	p.root = root
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p, api, root
+}
+
+// A session's life through the provider, every step through real exec:
+// the base unpacked, edits written, commands run under the helper's
+// bounds, what the command changed found against the manifest, a shell
+// on a terminal, and the pod gone at the end.
+func TestProviderThroughExec(t *testing.T) {
+	p, api, root := newRigProvider(t)
+	ctx := execContext(t)
+	s := sandbox.Session{ID: "edit_Abc-1", ProjectID: 7, UID: 3_000_001}
+	if _, err := p.Run(ctx, s, sandbox.Command{Argv: []string{"true"}}); err == nil {
+		t.Fatal("a command ran before Prepare")
+	}
+	prepared, err := p.Prepare(ctx, s, tarBase{"a.txt": "one\n", "dir/b.txt": "two\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !prepared.Fresh || !prepared.Layered {
+		t.Fatalf("first Prepare: %+v", prepared)
+	}
+	if again, err := p.Prepare(ctx, s, tarBase{}); err != nil || again.Fresh {
+		t.Fatalf("second Prepare: %+v %v", again, err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "dir", "b.txt")); string(got) != "two\n" {
+		t.Fatalf("the base in the pod: %q", got)
+	}
+	if err := p.Write(ctx, s, sandbox.File{Path: "c.txt", Content: []byte("three\n"), Exists: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Write(ctx, s, sandbox.File{Path: "a.txt"}); err != nil {
+		t.Fatal(err)
+	}
+
+	var live bytes.Buffer
+	res, err := p.Run(ctx, s, sandbox.Command{Argv: sandbox.CommandArgv("cat dir/b.txt c.txt; echo oops >&2; exit 3"), Output: &live})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 3 || string(res.Stdout) != "two\nthree\n" || string(res.Stderr) != "oops\n" || !strings.Contains(live.String(), "three") {
+		t.Fatalf("command: %+v, live %q", res, live.String())
+	}
+	began := time.Now()
+	res, err = p.Run(ctx, s, sandbox.Command{Argv: sandbox.CommandArgv("sleep 30"), Limits: sandbox.Limits{Timeout: 300 * time.Millisecond, TimeoutExit: 124}})
+	if err != nil || !res.TimedOut || res.ExitCode != 124 || time.Since(began) > 10*time.Second {
+		t.Fatalf("timed out command: %+v %v after %v", res, err, time.Since(began))
+	}
+	_, err = p.Run(ctx, s, sandbox.Command{Argv: sandbox.CommandArgv("head -c 300000 /dev/zero"), Limits: sandbox.Limits{MaxStream: 1000}})
+	if !errors.Is(err, sandbox.ErrOverflow) {
+		t.Fatalf("output past its bound: %v", err)
+	}
+
+	if _, err := p.Run(ctx, s, sandbox.Command{Argv: sandbox.CommandArgv("echo new > d.txt && echo changed > dir/b.txt && mkfifo pipe")}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	err = p.Changed(ctx, s, 8, func(e sandbox.Entry) error {
+		switch e.Kind {
+		case sandbox.KindFile:
+			buf := make([]byte, 1024)
+			n, st, err := e.Look.ReadFile(buf)
+			if err != nil || !st.Regular {
+				t.Errorf("reading %s: %v %+v", e.Path, err, st)
+			}
+			seen[e.Path] = string(buf[:n])
+		case sandbox.KindWhiteout:
+			seen[e.Path] = "(gone)"
+		case sandbox.KindOther:
+			seen[e.Path] = "(other)"
+		default:
+			seen[e.Path] = "(kind)"
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a.txt": "(gone)", "c.txt": "three\n", "d.txt": "new\n", "dir/b.txt": "changed\n", "pipe": "(other)"}
+	if len(seen) != len(want) {
+		t.Fatalf("changed: %v, want %v", seen, want)
+	}
+	for k, v := range want {
+		if seen[k] != v {
+			t.Fatalf("changed: %v, want %v", seen, want)
+		}
+	}
+
+	console, err := p.Start(ctx, s, 80, 24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer console.Close()
+	var screen liveOutput
+	go io.Copy(&screen, console)
+	if err := console.Resize(120, 40); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := console.Write([]byte("echo sum-$((20+22)); stty size\n")); err != nil {
+		t.Fatal(err)
+	}
+	screen.waitFor(t, "sum-42")
+	screen.waitFor(t, "40 120")
+	if err := console.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if exit, _ := console.Wait(); exit.Code != -1 {
+		t.Fatalf("a killed shell: %+v", exit)
+	}
+
+	if err := p.End(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, wait.Short, "the session's pod to be deleted", func() bool { return len(api.storedPods(testConfig().Namespace)) == 0 })
+	if _, err := p.Run(ctx, s, sandbox.Command{Argv: []string{"true"}}); err == nil {
+		t.Fatal("a command ran after End")
+	}
+}

@@ -1,0 +1,194 @@
+package kubeexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"k8s.io/cri-streaming/pkg/streaming"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	utilexec "k8s.io/utils/exec"
+)
+
+// Processes is a container runtime whose containers are folders of this
+// machine: Exec runs the command as a local process in the container's
+// folder, on pipes or, for a TTY, on a pseudo-terminal.
+type Processes struct {
+	// Dir is the folder that stands for the container; an error answers
+	// the exec with it, as a runtime answers for a container it lacks.
+	Dir func(containerID string) (string, error)
+	// Env is the commands' environment; nil gives a PATH alone, as a bare
+	// image's container has little more.
+	Env []string
+}
+
+var _ streaming.Runtime = (*Processes)(nil)
+
+// drain bounds how long the output of a command that has ended is still
+// read: what a background process keeps writing would otherwise hold the
+// exec open.
+const drain = 2 * time.Second
+
+// Exec runs cmd in the container's folder until it ends or ctx does; ctx
+// ending (the client went away) kills the command's process group. A
+// command that exits non-zero answers an error whose ExitStatus the
+// streaming server sends the client as the exit code.
+func (p *Processes) Exec(ctx context.Context, containerID string, argv []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
+	if len(argv) == 0 {
+		return errors.New("kubeexec: no command")
+	}
+	dir, err := p.Dir(containerID)
+	if err != nil {
+		return fmt.Errorf("kubeexec: container %s: %w", containerID, err)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.Env = p.Env
+	if cmd.Env == nil {
+		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	}
+	// The command's children are in its group (its session, on a TTY), so
+	// ending the group ends what the command started too.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = drain
+	if tty {
+		err = runTTY(cmd, in, out, resize)
+	} else {
+		err = runPiped(cmd, in, out, errOut)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("kubeexec: %s: %w", argv[0], ctx.Err())
+	}
+	return exitError(err, tty, out, errOut)
+}
+
+// runPiped runs cmd with its own pipes.
+func runPiped(cmd *exec.Cmd, in io.Reader, out, errOut io.WriteCloser) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if out != nil {
+		cmd.Stdout = out
+	}
+	if errOut != nil {
+		cmd.Stderr = errOut
+	}
+	var stdin io.WriteCloser
+	if in != nil {
+		// Not cmd.Stdin: Wait would wait for in's end, which a WebSocket
+		// v4 client never sends; the copy below ends instead when the
+		// stream is closed after the command.
+		var err error
+		if stdin, err = cmd.StdinPipe(); err != nil {
+			return fmt.Errorf("kubeexec: stdin: %w", err)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	if stdin != nil {
+		go func() {
+			_, _ = io.Copy(stdin, in)
+			_ = stdin.Close()
+		}()
+	}
+	return cmd.Wait()
+}
+
+// runTTY runs cmd as a session leader on a new pseudo-terminal, its
+// controlling terminal, as a container runtime's exec -t does.
+func runTTY(cmd *exec.Cmd, in io.Reader, out io.Writer, resize <-chan remotecommand.TerminalSize) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	term, err := pty.StartWithAttrs(cmd, nil, cmd.SysProcAttr)
+	if err != nil {
+		return err
+	}
+	defer term.Close()
+	ended := make(chan struct{})
+	defer close(ended)
+	go followSizes(term, resize, ended)
+	if in != nil {
+		go func() { _, _ = io.Copy(term, in) }()
+	}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		if out == nil {
+			out = io.Discard
+		}
+		// Ends with EIO once every holder of the terminal's other end has
+		// closed it and what they wrote has been read.
+		_, _ = io.Copy(out, term)
+	}()
+	err = cmd.Wait()
+	select {
+	case <-copied:
+	case <-time.After(drain):
+		_ = term.Close()
+		<-copied
+	}
+	return err
+}
+
+// followSizes sets the terminal's size to each one the client sends until
+// the command ends.
+func followSizes(term *os.File, resize <-chan remotecommand.TerminalSize, ended <-chan struct{}) {
+	for {
+		select {
+		case <-ended:
+			return
+		case size, ok := <-resize:
+			if !ok {
+				return
+			}
+			_ = pty.Setsize(term, &pty.Winsize{Cols: size.Width, Rows: size.Height})
+		}
+	}
+}
+
+// exitError turns how the command ended into what the streaming server
+// reports: an ExitError for an exit code, the error itself otherwise.
+// Like a container runtime, it answers a command it could not start with
+// 127 (not found) or 126 and says why on the command's error output.
+func exitError(err error, tty bool, out, errOut io.Writer) error {
+	if err == nil {
+		return nil
+	}
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		ws, ok := exitErr.Sys().(syscall.WaitStatus)
+		switch {
+		case ok && ws.Signaled():
+			return utilexec.CodeExitError{Err: err, Code: 128 + int(ws.Signal())}
+		case ok && ws.Exited():
+			return utilexec.CodeExitError{Err: err, Code: ws.ExitStatus()}
+		}
+		return fmt.Errorf("kubeexec: %w", err)
+	}
+	say := errOut
+	if tty || say == nil {
+		say = out
+	}
+	if say != nil {
+		_, _ = fmt.Fprintf(say, "kubeexec: exec failed: %v\n", err)
+	}
+	code := 126
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		code = 127
+	}
+	return utilexec.CodeExitError{Err: err, Code: code}
+}
+
+// Attach is not offered: sandbox pods are reached by exec alone.
+func (p *Processes) Attach(ctx context.Context, containerID string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
+	return errors.New("kubeexec: attach is not offered")
+}
+
+// PortForward is not offered: sandbox pods are reached by exec alone.
+func (p *Processes) PortForward(ctx context.Context, podSandboxID string, port int32, stream io.ReadWriteCloser) error {
+	return errors.New("kubeexec: port forwarding is not offered")
+}
