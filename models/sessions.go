@@ -335,3 +335,20 @@ func (s *Store) UnfinishedSessions(ctx context.Context) ([]CodeSession, error) {
 	}
 	return css, nil
 }
+
+// OpenSessionIDs answers which of ids name open sessions.
+func (s *Store) OpenSessionIDs(ctx context.Context, ids []string) (map[string]bool, error) {
+	open := make(map[string]bool, len(ids))
+	if len(ids) == 0 {
+		return open, nil
+	}
+	var found []string
+	err := s.db.WithContext(ctx).Model(&CodeSession{}).Where("id IN ? AND state = ?", ids, SessionOpen).Pluck("id", &found).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: open sessions among %d: %w", len(ids), err)
+	}
+	for _, id := range found {
+		open[id] = true
+	}
+	return open, nil
+}

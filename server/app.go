@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"atelier/auth"
 	"atelier/bus"
@@ -29,6 +32,7 @@ import (
 	"atelier/models"
 	"atelier/projects"
 	"atelier/sandbox"
+	"atelier/sandbox/kube"
 	"atelier/storage"
 	"atelier/storage/codestore"
 	"atelier/terminal"
@@ -61,7 +65,7 @@ type App struct {
 	// serves them; nil on that instance, and alone.
 	localHome *localHome
 	Meter     *meter.Meter
-	Sandbox   *sandbox.Sandbox
+	Sandbox   *sandbox.Sandbox // this host's jail; nil when sessions run in a cluster
 	// Instance names this server process in leases and reservations;
 	// Instances keeps its row among the instances on the database.
 	Instance  string
@@ -163,10 +167,23 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	if err := os.MkdirAll(cfg.UploadDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("server: uploads folder: %w", err)
 	}
-	cfg.Sandbox.Log = log
-	box, err := sandbox.New(cfg.Sandbox)
-	if err != nil {
-		return nil, err
+	// Sessions' code runs in this host's jail, which needs root, or in
+	// pods of a cluster, which need nothing of this host.
+	var box *sandbox.Sandbox
+	var provider sandbox.Provider
+	if cfg.Kube != nil {
+		if provider, err = kubeProvider(*cfg.Kube, store, log); err != nil {
+			return nil, err
+		}
+	} else {
+		cfg.Sandbox.Log = log
+		if box, err = sandbox.New(cfg.Sandbox); err != nil {
+			return nil, err
+		}
+		provider = sandbox.NewLocal(sandbox.LocalConfig{Box: box, Area: cfg.SandboxDir(), Log: log,
+			DiskBytes: cfg.SandboxDiskBytes, DiskArea: cfg.SandboxDiskDir(),
+			CacheBytes: cfg.SandboxCacheBytes, CacheTotal: cfg.SandboxCacheTotal, CacheArea: cfg.SandboxCacheDir(),
+			BaseArea: cfg.SandboxBaseDir()})
 	}
 	// Events and hints reach the pages of every instance on the database,
 	// this one's through the bus too. Nothing after this fails.
@@ -187,11 +204,6 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	streams := limits.NewStreams()
 	metered := metrics.New()
 	edits := editsession.NewEdits(store, git, codeStore, now)
-	// Sessions' code runs in this host's jail.
-	provider := sandbox.NewLocal(sandbox.LocalConfig{Box: box, Area: cfg.SandboxDir(), Log: log,
-		DiskBytes: cfg.SandboxDiskBytes, DiskArea: cfg.SandboxDiskDir(),
-		CacheBytes: cfg.SandboxCacheBytes, CacheTotal: cfg.SandboxCacheTotal, CacheArea: cfg.SandboxCacheDir(),
-		BaseArea: cfg.SandboxBaseDir()})
 	runtime := workbench.NewRuntime(workbench.RuntimeOptions{DB: store, Git: git, Edits: edits,
 		Terminals: terms, Now: now, Log: log, Sandboxes: workbench.Sandboxes{
 			Provider: provider, Meter: usage, UIDBase: cfg.Sandbox.UIDBase, UIDCount: cfg.Sandbox.UIDCount, Instance: instance,
@@ -412,10 +424,25 @@ func (e *endedSessions) end(ids ...string) {
 	}
 }
 
-// commandHint is an example command that works in this host's sandbox:
-// Go's tests when Go is on the sandbox's PATH, else a listing.
+// kubeProvider reaches the cluster as a pod does when the server runs in
+// one (its ServiceAccount's token), else as KUBECONFIG says.
+func kubeProvider(cfg kube.Config, store *models.Store, log *slog.Logger) (*kube.Provider, error) {
+	rc, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("server: the cluster for sandboxes: %w", err)
+	}
+	return kube.New(cfg, rc, store.OpenSessionIDs, log)
+}
+
+// commandHint is an example command that works in the sandbox: Go's
+// tests when Go is on this host's jail's PATH, else a listing (a
+// cluster's image is not known here).
 func commandHint(box *sandbox.Sandbox) string {
-	if box.Has("go") {
+	if box != nil && box.Has("go") {
 		return "go test ./..."
 	}
 	return "ls -la"

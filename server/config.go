@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"golang.org/x/sys/unix"
 
 	"atelier/code"
@@ -22,6 +24,7 @@ import (
 	"atelier/meter"
 	"atelier/models"
 	"atelier/sandbox"
+	"atelier/sandbox/kube"
 	"atelier/storage"
 	"atelier/storage/codestore"
 	"atelier/terminal"
@@ -65,7 +68,10 @@ type Config struct {
 	Terminals        terminal.Config    // the defaults; tests shorten the heartbeat
 	Sandbox          sandbox.Config     // ATELIER_SANDBOX_UID_BASE, _UID_COUNT, _ALLOW_CIDRS, _RO_PATHS, _PATH
 	SandboxCap       int64              // SANDBOX_MONTHLY_SECONDS: each project's default monthly cap
-	LocalRoots       []string           // ATELIER_LOCAL_ROOTS: where everyone but site admins may make Local projects
+	// Kube (ATELIER_SANDBOX_PROVIDER=kube, ATELIER_KUBE_*) runs sessions
+	// in pods of a cluster; nil runs them in this host's jail.
+	Kube       *kube.Config
+	LocalRoots []string // ATELIER_LOCAL_ROOTS: where everyone but site admins may make Local projects
 	// InContainer (ATELIER_IN_CONTAINER, set by Atelier's image) says the
 	// server runs in Atelier's container, which sees only what compose.yaml
 	// mounts into it: the hints for a folder it cannot see or write speak
@@ -372,7 +378,50 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	if cfg.MetricsToken, err = metricsToken(getenv("ATELIER_METRICS_TOKEN")); err != nil {
 		return cfg, err
 	}
+	if cfg.Kube, err = kubeConfig(getenv, cfg); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// kubeConfig reads the kube provider's settings when
+// ATELIER_SANDBOX_PROVIDER=kube: nil for this host's jail, the default.
+// Each pod is bounded by the settings that bound the local jail.
+func kubeConfig(getenv func(string) string, cfg Config) (*kube.Config, error) {
+	switch v := getenv("ATELIER_SANDBOX_PROVIDER"); v {
+	case "", "local":
+		return nil, nil
+	case "kube":
+	default:
+		return nil, fmt.Errorf("config: ATELIER_SANDBOX_PROVIDER must be local or kube, got %q", v)
+	}
+	kc := kube.Config{
+		Namespace:        getenv("ATELIER_KUBE_NAMESPACE"),
+		Image:            getenv("ATELIER_KUBE_IMAGE"),
+		Helper:           getenv("ATELIER_KUBE_HELPER"),
+		RuntimeClass:     getenv("ATELIER_KUBE_RUNTIME_CLASS"),
+		PoliciesEnforced: getenv("ATELIER_KUBE_NETWORK_POLICIES") == "enforced",
+	}
+	var err error
+	if kc.ClusterNetworks, err = networks(getenv, "ATELIER_KUBE_CLUSTER_CIDRS"); err != nil {
+		return nil, err
+	}
+	if v := getenv("ATELIER_KUBE_WARM_PODS"); v != "" {
+		if kc.WarmPods, err = strconv.Atoi(v); err != nil || kc.WarmPods < 0 || kc.WarmPods > 1000 {
+			return nil, fmt.Errorf("config: ATELIER_KUBE_WARM_PODS must be a count from 0 to 1000, got %q", v)
+		}
+	}
+	if cfg.Sandbox.MaxMemory > 0 {
+		kc.Memory = *resource.NewQuantity(cfg.Sandbox.MaxMemory, resource.BinarySI)
+	}
+	if cfg.SandboxDiskBytes > 0 {
+		kc.WorkspaceMax = *resource.NewQuantity(cfg.SandboxDiskBytes, resource.BinarySI)
+	}
+	kc = kc.Defaults()
+	if err := kc.Check(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return &kc, nil
 }
 
 // diskShare divides the space free where sessions' disks live into what

@@ -192,7 +192,10 @@ func (a *App) Close(ctx context.Context) error {
 	err := a.Terminals.Close()
 	a.Shells.Wait()
 	a.Recordings.Wait() // the terminals' recordings ended with them
-	err = errors.Join(err, a.Runtime.Close(ctx), a.Sandbox.Close())
+	err = errors.Join(err, a.Runtime.Close(ctx))
+	if a.Sandbox != nil { // nil when sessions run in a cluster
+		err = errors.Join(err, a.Sandbox.Close())
+	}
 	// The sessions it held are free for other instances once nothing of
 	// them runs here; the bus goes last, once nothing here publishes.
 	err = errors.Join(err, a.Instances.Stop(ctx), a.Bus.Close())
