@@ -59,7 +59,10 @@ func (s *stream) expectOutput(want string, wait time.Duration) string {
 func TestRawOutputArrivesByteForByte(t *testing.T) {
 	const size = 32 << 20
 	path, data := randomFile(t, size, 1)
-	m := newManager(t, Config{})
+	// What this test reads is every byte, not how long the server waits
+	// for a stalled viewer: a reader starved past the usual 5 s on a
+	// loaded machine (a CI run) would be dropped, and the test fail for it.
+	m := newManager(t, Config{WriteTimeout: time.Minute})
 	term := openShell(t, m, "stty raw -echo; printf R; head -c1 >/dev/null; head -c "+strconv.Itoa(size)+" "+path, Options{})
 	srv := serve(t, term)
 	s := dial(t, srv, "", "?from=0")

@@ -33,6 +33,8 @@ func idleVerb(args []string, stderr io.Writer) error {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	// The pod's log says it is up; from here SIGTERM ends it cleanly.
+	fmt.Fprintln(stderr, "atelier sandbox-pod: idle, commands come by exec")
 	for {
 		for {
 			pid, err := unix.Wait4(-1, nil, unix.WNOHANG, nil)

@@ -3,6 +3,7 @@
 package inpod
 
 import (
+	"bufio"
 	"bytes"
 	"os"
 	"os/exec"
@@ -70,17 +71,21 @@ for f in /proc/[0-9]*/stat; do read -r line < "$f" && echo "$line"; done > "$1/p
 func TestIdleEndsAtSIGTERM(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "idle")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	logged, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// Its first line says it catches SIGTERM: before, the signal would end
+	// it as any Go program.
+	line, err := bufio.NewReader(logged).ReadString('\n')
+	if err != nil || !strings.Contains(line, "idle") {
+		t.Fatalf("idle's first line: %q %v", line, err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	time.Sleep(200 * time.Millisecond) // for its signal handlers
-	select {
-	case err := <-done:
-		t.Fatalf("idle ended by itself: %v", err)
-	default:
-	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
