@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path"
 	"regexp"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -23,6 +24,9 @@ type Config struct {
 	Image string
 	// Helper is where Image holds this binary; "" is DefaultHelper.
 	Helper string
+	// Workspace is where a pod's workspace is mounted, its commands' top
+	// folder; "" is /workspace.
+	Workspace string
 	// RuntimeClass, when set, names a RuntimeClass (gVisor, Kata) the
 	// pods run under.
 	RuntimeClass string
@@ -57,6 +61,9 @@ const DefaultHelper = "/usr/local/bin/atelier"
 func (c Config) Defaults() Config {
 	if c.Helper == "" {
 		c.Helper = DefaultHelper
+	}
+	if c.Workspace == "" {
+		c.Workspace = "/workspace"
 	}
 	if c.UID == 0 {
 		c.UID = 1000
@@ -94,6 +101,8 @@ func (c Config) Check() error {
 		return ErrPoliciesUnconfirmed
 	case c.UID <= 0:
 		return fmt.Errorf("kube: the sandbox uid must not be root, got %d", c.UID)
+	case !path.IsAbs(c.Workspace) || path.Clean(c.Workspace) != c.Workspace || c.Workspace == "/":
+		return fmt.Errorf("kube: the pods' workspace must be a clean absolute folder below /, got %q", c.Workspace)
 	case c.WarmPods < 0:
 		return fmt.Errorf("kube: ATELIER_KUBE_WARM_PODS must be a count, got %d", c.WarmPods)
 	}

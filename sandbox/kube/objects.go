@@ -40,7 +40,6 @@ const (
 
 // Where the pod's writable places are: the root file system is read-only.
 const (
-	workspaceDir  = "/workspace"
 	homeDir       = "/home/atelier"
 	tmpDir        = "/tmp"
 	podHostname   = "sandbox"
@@ -145,7 +144,7 @@ func podFor(cfg Config, s sandbox.Session) *corev1.Pod {
 				Name:       containerName,
 				Image:      cfg.Image,
 				Command:    []string{cfg.Helper, "sandbox-pod", "idle"},
-				WorkingDir: workspaceDir,
+				WorkingDir: cfg.Workspace,
 				// PATH stays the image's: its toolchains put themselves
 				// on it.
 				Env: []corev1.EnvVar{{Name: "HOME", Value: homeDir}},
@@ -160,7 +159,7 @@ func podFor(cfg Config, s sandbox.Session) *corev1.Pod {
 					RunAsNonRoot:             &yes,
 				},
 				VolumeMounts: []corev1.VolumeMount{
-					{Name: "workspace", MountPath: workspaceDir},
+					{Name: "workspace", MountPath: cfg.Workspace},
 					{Name: "home", MountPath: homeDir},
 					{Name: "tmp", MountPath: tmpDir},
 				},

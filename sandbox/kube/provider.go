@@ -36,7 +36,6 @@ type Provider struct {
 	exec    *Exec
 	open    OpenSessions
 	log     *slog.Logger
-	root    string // the workspace in the pod (workspaceDir; a test's folder)
 
 	mu   sync.Mutex
 	live map[string]*podWorkspace // by session id
@@ -78,17 +77,20 @@ const (
 // sessions are reaped, by every instance.
 const maintainEvery = 30 * time.Second
 
-// New connects to the cluster rc reaches. The NetworkPolicies are applied
-// before the first session's pod starts; the warm pool and the reaper
-// keep running until Close.
-func New(cfg Config, rc *rest.Config, open OpenSessions, log *slog.Logger) (*Provider, error) {
+// New connects to the cluster rc reaches; api, when not nil, answers for
+// its API server (a test's fake) and rc then serves exec alone. The
+// NetworkPolicies are applied before the first session's pod starts; the
+// warm pool and the reaper keep running until Close.
+func New(cfg Config, rc *rest.Config, api dynamic.Interface, open OpenSessions, log *slog.Logger) (*Provider, error) {
 	cfg = cfg.Defaults()
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	api, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("kube: %w", err)
+	if api == nil {
+		var err error
+		if api, err = dynamic.NewForConfig(rc); err != nil {
+			return nil, fmt.Errorf("kube: %w", err)
+		}
 	}
 	return newProvider(cfg, api, NewExec(rc, cfg.Namespace, containerName), open, log), nil
 }
@@ -96,7 +98,7 @@ func New(cfg Config, rc *rest.Config, open OpenSessions, log *slog.Logger) (*Pro
 func newProvider(cfg Config, api dynamic.Interface, exec *Exec, open OpenSessions, log *slog.Logger) *Provider {
 	ctx, stop := context.WithCancel(context.Background())
 	p := &Provider{cfg: cfg, cluster: newCluster(api, cfg), exec: exec, open: open, log: log,
-		live: map[string]*podWorkspace{}, stop: stop, root: workspaceDir}
+		live: map[string]*podWorkspace{}, stop: stop}
 	p.loop.Go(func() { p.maintain(ctx) })
 	return p
 }
@@ -226,7 +228,7 @@ func (p *Provider) Prepare(ctx context.Context, s sandbox.Session, base sandbox.
 // unpack streams a tar into the pod's workspace; each entry the helper
 // reports goes to written.
 func (p *Provider) unpack(ctx context.Context, pod string, tarball io.Reader, reset bool, written func(entry []byte) error) error {
-	args := []string{"-root", p.root}
+	args := []string{"-root", p.cfg.Workspace}
 	if reset {
 		args = append(args, "-reset")
 	}
@@ -330,7 +332,7 @@ func (p *Provider) Run(ctx context.Context, s sandbox.Session, c sandbox.Command
 		return nil, err
 	}
 	lim := c.Limits.WithDefaults()
-	args := []string{"-root", p.root, "-dir", c.Folder, "-hold",
+	args := []string{"-root", p.cfg.Workspace, "-dir", c.Folder, "-hold",
 		"-timeout", lim.Timeout.String(),
 		"-max-stream", strconv.FormatInt(lim.MaxStream, 10),
 		"-max-combined", strconv.FormatInt(lim.MaxCombined, 10)}
@@ -385,7 +387,7 @@ func (p *Provider) Start(_ context.Context, s sandbox.Session, cols, rows int) (
 	if err != nil {
 		return nil, err
 	}
-	return startConsole(p.exec, ws.pod, p.helper("shell", "-root", p.root), cols, rows), nil
+	return startConsole(p.exec, ws.pod, p.helper("shell", "-root", p.cfg.Workspace), cols, rows), nil
 }
 
 // Changed has the pod's helper compare the workspace with the manifest
@@ -395,7 +397,7 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 	if err != nil {
 		return err
 	}
-	args := []string{"-root", p.root, "-max-depth", strconv.Itoa(maxDepth),
+	args := []string{"-root", p.cfg.Workspace, "-max-depth", strconv.Itoa(maxDepth),
 		"-max-entries", strconv.Itoa(changesEntries), "-max-file", strconv.Itoa(changesFileMax),
 		"-max-bytes", strconv.Itoa(changesBytesMax)}
 	// The manifest, then an empty line: a stream that cannot close the

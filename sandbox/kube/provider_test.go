@@ -58,7 +58,7 @@ func newRigProvider(t *testing.T) (*Provider, *fakeAPI, string) {
 	t.Helper()
 	root := t.TempDir()
 	cfg := testConfig()
-	cfg.Helper = os.Args[0]
+	cfg.Helper, cfg.Workspace = os.Args[0], root
 	api := newFakeAPI(t)
 	t.Cleanup(api.checkVerbs)
 	api.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -67,7 +67,6 @@ func newRigProvider(t *testing.T) (*Provider, *fakeAPI, string) {
 	})
 	rc := kubeexec.Serve(t, &kubeexec.Processes{Dir: func(string) (string, error) { return root, nil }})
 	p := newProvider(cfg, api, NewExec(rc, cfg.Namespace, containerName), nil, slog.New(slog.DiscardHandler))
-	p.root = root
 	t.Cleanup(func() { p.Close(context.Background()) })
 	return p, api, root
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -26,6 +27,13 @@ type Processes struct {
 	// Env is the commands' environment; nil gives a PATH alone, as a bare
 	// image's container has little more.
 	Env []string
+	// Workspace, when set, is where a container's folder is seen, as a
+	// pod's volume is mounted: each command runs in a mount namespace of
+	// its own with Dir's folder bound there, and starts in it.
+	Workspace string
+	// UID, when set, is the user and group a container's commands run
+	// as, with no other group, as a pod's securityContext says.
+	UID func(containerID string) (uint32, error)
 }
 
 var _ streaming.Runtime = (*Processes)(nil)
@@ -47,6 +55,9 @@ func (p *Processes) Exec(ctx context.Context, containerID string, argv []string,
 	if err != nil {
 		return fmt.Errorf("kubeexec: container %s: %w", containerID, err)
 	}
+	if argv, err = p.contain(containerID, dir, argv); err != nil {
+		return fmt.Errorf("kubeexec: container %s: %w", containerID, err)
+	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = p.Env
@@ -66,6 +77,25 @@ func (p *Processes) Exec(ctx context.Context, containerID string, argv []string,
 		return fmt.Errorf("kubeexec: %s: %w", argv[0], ctx.Err())
 	}
 	return exitError(err, tty, out, errOut)
+}
+
+// contain wraps argv in what Workspace and UID ask for: util-linux's
+// unshare and setpriv, each of which execs the next, so the command keeps
+// the pid (and the process group, or session) it starts with.
+func (p *Processes) contain(containerID, dir string, argv []string) ([]string, error) {
+	if p.UID != nil {
+		uid, err := p.UID(containerID)
+		if err != nil {
+			return nil, err
+		}
+		id := strconv.FormatUint(uint64(uid), 10)
+		argv = append([]string{"setpriv", "--reuid=" + id, "--regid=" + id, "--clear-groups", "--"}, argv...)
+	}
+	if p.Workspace != "" {
+		bind := `mount --bind -- "$1" "$2" && cd "$2" && shift 2 && exec "$@"`
+		argv = append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", bind, "sh", dir, p.Workspace}, argv...)
+	}
+	return argv, nil
 }
 
 // runPiped runs cmd with its own pipes.
