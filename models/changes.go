@@ -406,3 +406,20 @@ func (s *Store) SetCheckCommand(ctx context.Context, projectID int64, command *s
 	}
 	return nil
 }
+
+// VerifyingChanges answers which of ids name Changes being verified.
+func (s *Store) VerifyingChanges(ctx context.Context, ids []int64) (map[int64]bool, error) {
+	verifying := make(map[int64]bool, len(ids))
+	if len(ids) == 0 {
+		return verifying, nil
+	}
+	var found []int64
+	err := s.db.WithContext(ctx).Model(&Change{}).Where("id IN ? AND status = ?", ids, ChangeVerifying).Pluck("id", &found).Error
+	if err != nil {
+		return nil, fmt.Errorf("models: Changes being verified among %d: %w", len(ids), err)
+	}
+	for _, id := range found {
+		verifying[id] = true
+	}
+	return verifying, nil
+}

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"atelier/auth"
 	"atelier/bus"
@@ -172,7 +174,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 	var box *sandbox.Sandbox
 	var provider sandbox.Provider
 	if cfg.Kube != nil {
-		if provider, err = kubeProvider(*cfg.Kube, store, log); err != nil {
+		if provider, err = kubeProvider(*cfg.Kube, cfg.kubeRig, store, log); err != nil {
 			return nil, err
 		}
 	} else {
@@ -424,9 +426,23 @@ func (e *endedSessions) end(ids ...string) {
 	}
 }
 
+// kubeAccess is how the kube provider reaches its cluster.
+type kubeAccess struct {
+	rest *rest.Config
+	api  dynamic.Interface // nil: the API server rest reaches
+}
+
 // kubeProvider reaches the cluster as a pod does when the server runs in
-// one (its ServiceAccount's token), else as KUBECONFIG says.
-func kubeProvider(cfg kube.Config, store *models.Store, log *slog.Logger) (*kube.Provider, error) {
+// one (its ServiceAccount's token), else as KUBECONFIG says, unless the
+// tests' rig stands for it.
+func kubeProvider(cfg kube.Config, rig *kubeAccess, store *models.Store, log *slog.Logger) (*kube.Provider, error) {
+	// client-go logs through klog, one logger for the whole process, and
+	// as errors even streams closed on purpose: into the server's log, at
+	// Debug.
+	klog.SetSlogLogger(slog.New(asDebug{log.Handler()}).With("from", "client-go"))
+	if rig != nil {
+		return kube.New(cfg, rig.rest, rig.api, workbench.SandboxesInUse(store), log)
+	}
 	rc, err := rest.InClusterConfig()
 	if errors.Is(err, rest.ErrNotInCluster) {
 		rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
@@ -435,8 +451,23 @@ func kubeProvider(cfg kube.Config, store *models.Store, log *slog.Logger) (*kube
 	if err != nil {
 		return nil, fmt.Errorf("server: the cluster for sandboxes: %w", err)
 	}
-	return kube.New(cfg, rc, store.OpenSessionIDs, log)
+	return kube.New(cfg, rc, nil, workbench.SandboxesInUse(store), log)
 }
+
+// asDebug passes every record on at Debug.
+type asDebug struct{ slog.Handler }
+
+func (h asDebug) Enabled(ctx context.Context, _ slog.Level) bool {
+	return h.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (h asDebug) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = slog.LevelDebug
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h asDebug) WithAttrs(as []slog.Attr) slog.Handler { return asDebug{h.Handler.WithAttrs(as)} }
+func (h asDebug) WithGroup(name string) slog.Handler    { return asDebug{h.Handler.WithGroup(name)} }
 
 // commandHint is an example command that works in the sandbox: Go's
 // tests when Go is on this host's jail's PATH, else a listing (a

@@ -44,6 +44,14 @@ func needRoot(t *testing.T) {
 	}
 }
 
+// workspace is where sessions' commands see their checkout.
+func (h *harness) workspace() string {
+	if h.cfg.Kube != nil {
+		return h.cfg.Kube.Workspace
+	}
+	return "/workspace"
+}
+
 // hostCheckout is the session's checkout as the host sees it: what its
 // commands see as /workspace.
 func hostCheckout(t *testing.T, h *harness, sessionID string) string {
@@ -84,7 +92,17 @@ func TestOpeningPreparesTheSandbox(t *testing.T) {
 
 func TestCommandsBecomeEdits(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	commandsBecomeEdits(t, newHarness(t))
+}
+
+// The same in a pod: the kube provider's helper runs each command and
+// finds what it changed, against the manifest of what it unpacked.
+func TestCommandsBecomeEditsInAPod(t *testing.T) {
+	needRoot(t)
+	commandsBecomeEdits(t, newHarness(t, onKube(t)))
+}
+
+func commandsBecomeEdits(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	s, base := owner.session(id)
 	// An edit saved in the editor is in the checkout.
@@ -95,7 +113,7 @@ func TestCommandsBecomeEdits(t *testing.T) {
 		t.Fatalf("run: %d %s", res.StatusCode, readBody(res))
 	}
 	lines := strings.Split(strings.TrimSpace(out.Stdout), "\n")
-	if out.ExitCode != 3 || len(lines) != 3 || lines[0] != "typed" || lines[1] != "/workspace" || out.Stderr != "oops\n" {
+	if out.ExitCode != 3 || len(lines) != 3 || lines[0] != "typed" || lines[1] != h.workspace() || out.Stderr != "oops\n" {
 		t.Fatalf("result %+v", out)
 	}
 	uid, _ := strconv.ParseUint(lines[2], 10, 32)
@@ -209,7 +227,16 @@ func TestCommandsAreConfined(t *testing.T) {
 // editing goes on; a run is charged its time plus the tail.
 func TestCommandsAreMetered(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	commandsAreMetered(t, newHarness(t))
+}
+
+// The same in a pod: the meter sees a pod's command as the jail's.
+func TestCommandsAreMeteredInAPod(t *testing.T) {
+	needRoot(t)
+	commandsAreMetered(t, newHarness(t, onKube(t)))
+}
+
+func commandsAreMetered(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	if out, _ := owner.run(base, "true", ""); out.ExitCode != 0 {

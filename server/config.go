@@ -70,7 +70,10 @@ type Config struct {
 	SandboxCap       int64              // SANDBOX_MONTHLY_SECONDS: each project's default monthly cap
 	// Kube (ATELIER_SANDBOX_PROVIDER=kube, ATELIER_KUBE_*) runs sessions
 	// in pods of a cluster; nil runs them in this host's jail.
-	Kube       *kube.Config
+	Kube *kube.Config
+	// kubeRig, set by tests alone, is the cluster Kube reaches: a fake
+	// API server and an exec server of the tests' own.
+	kubeRig    *kubeAccess
 	LocalRoots []string // ATELIER_LOCAL_ROOTS: where everyone but site admins may make Local projects
 	// InContainer (ATELIER_IN_CONTAINER, set by Atelier's image) says the
 	// server runs in Atelier's container, which sees only what compose.yaml

@@ -2,7 +2,10 @@ package workbench
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 
 	"atelier/gitsvc"
 	"atelier/models"
@@ -43,7 +46,7 @@ func (r *Runtime) RunCheck(ctx context.Context, p *models.Project, repo *gitsvc.
 	// result: the evidence must be what a clean build gives. A copy-on-write
 	// view of the cache would keep the check's writes out of it, not the
 	// planted entries out of the check.
-	check := sandbox.Session{ID: "check-" + strconv.FormatInt(key, 10), ProjectID: p.ID, UID: r.CheckUID(),
+	check := sandbox.Session{ID: checkSandbox + strconv.FormatInt(key, 10), ProjectID: p.ID, UID: r.CheckUID(),
 		Network: sandbox.Network(p.SandboxNetwork)}
 	if err := r.sb.Provider.End(ctx, check); err != nil { // a check a crash left
 		return nil, err
@@ -73,4 +76,36 @@ func (r *Runtime) RunCheck(ctx context.Context, p *models.Project, repo *gitsvc.
 	}
 	output := append(append([]byte{}, out.Stdout...), out.Stderr...)
 	return &CheckResult{ExitCode: out.ExitCode, DurationMS: out.Duration.Milliseconds(), Output: output}, nil
+}
+
+// checkSandbox and the Change's id name a check's sandbox.
+const checkSandbox = "check-"
+
+// SandboxesInUse answers, for a provider that reaps what no instance
+// holds (the kube provider's pods), which of ids name a sandbox still in
+// use: an open edit session's, or the check of a Change being verified.
+func SandboxesInUse(db *models.Store) func(ctx context.Context, ids []string) (map[string]bool, error) {
+	return func(ctx context.Context, ids []string) (map[string]bool, error) {
+		var sessions []string
+		checks := map[int64]string{}
+		for _, id := range ids {
+			if n, err := strconv.ParseInt(strings.TrimPrefix(id, checkSandbox), 10, 64); err == nil && strings.HasPrefix(id, checkSandbox) {
+				checks[n] = id
+			} else {
+				sessions = append(sessions, id)
+			}
+		}
+		inUse, err := db.OpenSessionIDs(ctx, sessions)
+		if err != nil {
+			return nil, err
+		}
+		verifying, err := db.VerifyingChanges(ctx, slices.Collect(maps.Keys(checks)))
+		if err != nil {
+			return nil, err
+		}
+		for n, id := range checks {
+			inUse[id] = verifying[n]
+		}
+		return inUse, nil
+	}
 }

@@ -1,0 +1,268 @@
+package server
+
+import (
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"atelier/models"
+	"atelier/sandbox/kube"
+	"atelier/testrig/kubeexec"
+	"atelier/testrig/wait"
+	"atelier/workbench"
+)
+
+// onKube runs the harness's sessions in pods, through the kube provider:
+// its API server is client-go's fake, where a pod runs as soon as it is
+// created, and its exec is served by the kubelet's own streaming code
+// (testrig/kubeexec) from processes of this host, each pod's as a uid of
+// its own from the harness's block, with the pod's folder seen at the
+// workspace's path in a mount namespace of its own. The pods' helper is
+// the plain build of the server that the jail runs, as the sandbox image
+// holds it.
+func onKube(t *testing.T) func(*Config) {
+	return func(c *Config) {
+		if sandboxHelper == "" {
+			t.Skip("precondition: the pods' helper is built when the tests run as root")
+		}
+		// Outside t.TempDir, whose parent only root may enter: the pods'
+		// users must reach the helper and the workspace's path.
+		rig, err := os.MkdirTemp("", "atelier-kube-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(rig) })
+		helper := filepath.Join(rig, "atelier")
+		workspace := filepath.Join(rig, "workspace")
+		home := filepath.Join(rig, "home")
+		pods := filepath.Join(rig, "pods")
+		for dir, mode := range map[string]os.FileMode{rig: 0o755, workspace: 0o755, home: 0o1777, pods: 0o711} {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(dir, mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := os.ReadFile(sandboxHelper)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(helper, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		uids := &podUIDs{next: c.Sandbox.UIDBase + c.Sandbox.UIDCount/2, of: map[string]uint32{}, folders: pods}
+		rc := kubeexec.Serve(t, &kubeexec.Processes{
+			Dir: uids.folder, UID: uids.uid, Workspace: workspace,
+			Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home},
+		})
+		kc := kube.Config{Namespace: "atelier-sandbox", Image: "rig", Helper: helper, Workspace: workspace, PoliciesEnforced: true}.Defaults()
+		c.Kube = &kc
+		c.kubeRig = &kubeAccess{rest: rc, api: fakeCluster(t)}
+	}
+}
+
+// fakeCluster is client-go's fake API server, where a pod is running as
+// soon as it is created.
+func fakeCluster(t *testing.T) *dynamicfake.FakeDynamicClient {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := networkingv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	api := dynamicfake.NewSimpleDynamicClient(scheme)
+	api.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		u := a.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured)
+		return false, nil, unstructured.SetNestedField(u.Object, "Running", "status", "phase")
+	})
+	return api
+}
+
+// podUIDs gives each pod of the rig a uid and a folder of its own.
+type podUIDs struct {
+	mu      sync.Mutex
+	next    uint32
+	of      map[string]uint32 // by pod
+	folders string
+}
+
+// pod is the pod of a container id, "<namespace>/<pod>/<container>", and
+// its uid, given the first time it is asked for with its folder.
+func (p *podUIDs) pod(container string) (string, uint32, error) {
+	parts := strings.Split(container, "/")
+	if len(parts) != 3 || parts[1] == "" || strings.Contains(parts[1], ".") {
+		return "", 0, os.ErrNotExist
+	}
+	pod := parts[1]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	uid, ok := p.of[pod]
+	if !ok {
+		uid = p.next
+		p.next++
+		dir := filepath.Join(p.folders, pod)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return "", 0, err
+		}
+		if err := os.Chown(dir, int(uid), int(uid)); err != nil {
+			return "", 0, err
+		}
+		p.of[pod] = uid
+	}
+	return pod, uid, nil
+}
+
+func (p *podUIDs) folder(container string) (string, error) {
+	pod, _, err := p.pod(container)
+	return filepath.Join(p.folders, pod), err
+}
+
+func (p *podUIDs) uid(container string) (uint32, error) {
+	_, uid, err := p.pod(container)
+	return uid, err
+}
+
+// podProcesses lists the command lines of the processes the rig's pods
+// run (their uids are the upper half of the harness's block).
+func podProcesses(h *harness) []string {
+	from, to := h.cfg.Sandbox.UIDBase+h.cfg.Sandbox.UIDCount/2, h.cfg.Sandbox.UIDBase+h.cfg.Sandbox.UIDCount
+	var found []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		fi, err := os.Stat("/proc/" + e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid < from || st.Uid >= to {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		found = append(found, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	return found
+}
+
+// A shell in a pod, through the server: keys applied in order, the
+// terminal's size and a resize, DELETE ending the shell and what it
+// started, and the session's end deleting its pod.
+func TestTerminalInAPod(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t, onKube(t))
+	owner, id := editable(t, h)
+	_, base := owner.session(id)
+	term, res := owner.openTerminal(base)
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("open: %d %s", res.StatusCode, readBody(res))
+	}
+	stream := base + "/terminals/" + term.ID + "/stream"
+	for _, in := range []struct {
+		seq  uint64
+		data string
+	}{{2, "lo-$((6*7)) && stty size\r"}, {1, "echo hel"}} {
+		if res := owner.input(base, term.ID, in.seq, in.data); res.StatusCode != http.StatusOK {
+			t.Fatalf("input %d: %d %s", in.seq, res.StatusCode, readBody(res))
+		}
+	}
+	out, last := owner.streamUntil(t, stream, "30 100")
+	if !strings.Contains(out, "hello-42") {
+		t.Fatalf("output %q", out)
+	}
+	if res := owner.post(base+"/terminals/"+term.ID+"/resize", url.Values{"cols": {"120"}, "rows": {"40"}}, header{"X-CSRF-Token": owner.csrf}); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("resize: %d", res.StatusCode)
+	}
+	owner.input(base, term.ID, 3, "stty size; pwd\r")
+	if after, _ := owner.streamUntil(t, stream+"?from="+last, "40 120"); strings.Contains(after, "hello-42") {
+		t.Fatalf("resuming repeated old output: %q", after)
+	}
+	owner.input(base, term.ID, 4, "sleep 999 & echo BG-$((2+3))\r")
+	owner.streamUntil(t, stream, "BG-5")
+	wait.For(t, wait.Short, "the shell's job among the pod's processes", func() bool { return slices.Contains(podProcesses(h), "sleep 999") })
+	if res := owner.del(base+"/terminals/"+term.ID, jsonAccept); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete: %d", res.StatusCode)
+	}
+	wait.For(t, wait.Short, "the shell and its job to end", func() bool { return !slices.Contains(podProcesses(h), "sleep 999") })
+
+	pods := h.cfg.kubeRig.api.Resource(corev1.SchemeGroupVersion.WithResource("pods")).Namespace(h.cfg.Kube.Namespace)
+	if list, err := pods.List(t.Context(), metav1.ListOptions{}); err != nil || len(list.Items) != 1 {
+		t.Fatalf("the session's pod: %v %v", list, err)
+	}
+	owner.post(base+"/discard", nil, jsonAccept)
+	wait.For(t, wait.Short, "the session's pod to be deleted", func() bool {
+		list, err := pods.List(t.Context(), metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0
+	})
+}
+
+// The pods' reaper keeps exactly the sandboxes in use: open sessions'
+// and the checks of Changes being verified.
+func TestSandboxesInUse(t *testing.T) {
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	s, base := owner.session(id)
+	owner.put(base, "README.md", []byte("# in use\n"), nil)
+	cid := decode[changeJSON](t, owner.submit(base, "")).ChangeID
+	ctx := t.Context()
+	if err := h.store.Exec(ctx, "UPDATE changes SET status = ? WHERE id = ?", models.ChangeVerifying, cid); err != nil {
+		t.Fatal(err)
+	}
+	s2, _ := owner.session(id) // submitting ended the first session
+	inUse := workbench.SandboxesInUse(h.store)
+	check := "check-" + itoa(cid)
+	got, err := inUse(ctx, []string{s.ID, s2.ID, check, "check-999999", "check-x", "edit_gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{s2.ID: true, check: true}
+	for _, id := range []string{s.ID, s2.ID, check, "check-999999", "check-x", "edit_gone"} {
+		if got[id] != want[id] {
+			t.Fatalf("in use: %v, want %v", got, want)
+		}
+	}
+	if err := h.store.Exec(ctx, "UPDATE changes SET status = ?, check_due = NULL WHERE id = ?", models.ChangeFailed, cid); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := inUse(ctx, []string{check}); err != nil || got[check] {
+		t.Fatalf("a failed Change's check still in use: %v %v", got, err)
+	}
+}
+
+// A Change's check runs in a pod of its own, and the pod goes after it.
+func TestChangeVerifiedInAPod(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t, onKube(t))
+	runPipeline(t, h)
+	owner, id := editable(t, h)
+	owner.setCheck(id, "test \"$(cat README.md)\" = '# checked' && pwd")
+	_, base := owner.session(id)
+	owner.put(base, "README.md", []byte("# checked\n"), nil)
+	cid := decode[changeJSON](t, owner.submit(base, "")).ChangeID
+	ch := owner.waitChange(id, cid, models.ChangeVerified, models.ChangeFailed)
+	if ch.Status != models.ChangeVerified {
+		t.Fatalf("the check in a pod: %+v", ch)
+	}
+	pods := h.cfg.kubeRig.api.Resource(corev1.SchemeGroupVersion.WithResource("pods")).Namespace(h.cfg.Kube.Namespace)
+	wait.For(t, wait.Short, "the pods to go", func() bool {
+		list, err := pods.List(t.Context(), metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0
+	})
+}
