@@ -125,7 +125,7 @@ func run(sz sizes, ttydSrc string, logw io.Writer) (string, error) {
 	}
 	defer b.close()
 	var rows []row
-	for _, step := range []func() ([]row, error){b.terminal, b.commands, b.goBuild} {
+	for _, step := range []func() ([]row, error){b.terminal, b.commands, b.goBuild, b.kubeExec} {
 		rs, err := step()
 		if err != nil {
 			return "", err

@@ -37,13 +37,25 @@ const streamPrefix = "/cri/"
 // pod it does not know. The server is closed when the test ends.
 func Serve(t testing.TB, rt streaming.Runtime) *rest.Config {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(nil)
-	cfg := streaming.DefaultConfig
-	cfg.Addr = srv.Listener.Addr().String()
-	cfg.BaseURL = &url.URL{Scheme: "http", Host: cfg.Addr, Path: streamPrefix}
-	streamer, err := streaming.NewServer(cfg, rt)
+	cfg, stop, err := Start(rt)
 	if err != nil {
-		t.Fatalf("kubeexec: streaming server: %v", err)
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return cfg
+}
+
+// Start is Serve for a caller that is not a test (the bench): stop closes
+// the server and ends the streams still running.
+func Start(rt streaming.Runtime) (cfg *rest.Config, stop func(), err error) {
+	srv := httptest.NewUnstartedServer(nil)
+	sc := streaming.DefaultConfig
+	sc.Addr = srv.Listener.Addr().String()
+	sc.BaseURL = &url.URL{Scheme: "http", Host: sc.Addr, Path: streamPrefix}
+	streamer, err := streaming.NewServer(sc, rt)
+	if err != nil {
+		srv.Close()
+		return nil, nil, fmt.Errorf("kubeexec: streaming server: %w", err)
 	}
 	a := &apiServer{streamer: streamer}
 	mux := http.NewServeMux()
@@ -54,11 +66,10 @@ func Serve(t testing.TB, rt streaming.Runtime) *rest.Config {
 	})
 	srv.Config.Handler = mux
 	srv.Start()
-	t.Cleanup(func() {
+	return &rest.Config{Host: srv.URL}, func() {
 		srv.Close()
 		a.close()
-	})
-	return &rest.Config{Host: srv.URL}
+	}, nil
 }
 
 // apiServer is the API server's part of an exec: it turns the pod's
