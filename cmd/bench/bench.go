@@ -407,15 +407,21 @@ func rawKeystrokes(keys []byte) ([]time.Duration, error) {
 		return nil, fmt.Errorf("bench: raw pty: %w", err)
 	}
 	defer func() { f.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	return echoTimes(f, f, keys)
+}
+
+// echoTimes types keys into w one at a time, each once the echo of the
+// one before has come back from r, and answers how long each took.
+func echoTimes(w io.Writer, r io.Reader, keys []byte) ([]time.Duration, error) {
 	buf := make([]byte, 4096)
-	var lat []time.Duration
+	lat := make([]time.Duration, 0, len(keys))
 	for _, k := range keys {
 		start := time.Now()
-		if _, err := f.Write([]byte{k}); err != nil {
+		if _, err := w.Write([]byte{k}); err != nil {
 			return nil, err
 		}
 		for want := echoOf(k); ; {
-			n, err := f.Read(buf)
+			n, err := r.Read(buf)
 			if err != nil {
 				return nil, err
 			}

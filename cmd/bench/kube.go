@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -128,23 +127,5 @@ func execKeystrokes(e *kube.Exec, keys []byte) ([]time.Duration, error) {
 		screen.Close()
 		<-ended
 	}()
-	buf := make([]byte, 4096)
-	lat := make([]time.Duration, 0, len(keys))
-	for _, k := range keys {
-		start := time.Now()
-		if _, err := typed.Write([]byte{k}); err != nil {
-			return nil, err
-		}
-		for want := echoOf(k); ; {
-			n, err := screen.Read(buf)
-			if err != nil {
-				return nil, err
-			}
-			if bytes.IndexByte(buf[:n], want) >= 0 {
-				break
-			}
-		}
-		lat = append(lat, time.Since(start))
-	}
-	return lat, nil
+	return echoTimes(typed, screen, keys)
 }
