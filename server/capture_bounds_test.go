@@ -178,7 +178,17 @@ for i in range(4000):
 // folder is noted and stays in the checkout, and the next commands run.
 func TestCaptureOfDeepTreesIsBounded(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	captureOfDeepTreesIsBounded(t, newHarness(t))
+}
+
+// The same in a pod: the pod's helper walks the tree within the depth
+// bound, and what the server holds stays bounded.
+func TestCaptureOfDeepTreesIsBoundedInAPod(t *testing.T) {
+	needRoot(t)
+	captureOfDeepTreesIsBounded(t, newHarness(t, onKube(t)))
+}
+
+func captureOfDeepTreesIsBounded(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	owner.mustRun(base, "true")
@@ -323,7 +333,17 @@ func TestCaptureStopsAtItsBudget(t *testing.T) {
 // splits a line nor recolours a terminal, and the rest is captured.
 func TestHostileNamesStayOutOfCaptures(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	hostileNamesStayOutOfCaptures(t, newHarness(t))
+}
+
+// The same in a pod: the pod's helper reports the names, the capture
+// leaves them out.
+func TestHostileNamesStayOutOfCapturesInAPod(t *testing.T) {
+	needRoot(t)
+	hostileNamesStayOutOfCaptures(t, newHarness(t, onKube(t)))
+}
+
+func hostileNamesStayOutOfCaptures(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	script := "import os\n"

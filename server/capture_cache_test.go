@@ -12,7 +12,17 @@ import (
 // content of the same size, then puts its mtime back, is still an edit.
 func TestCaptureSeesAWriteThatKeepsSizeAndMtime(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	captureSeesAWriteThatKeepsSizeAndMtime(t, newHarness(t))
+}
+
+// The same in a pod: the manifest's inode and change time tell the
+// rewrite apart, whatever its size and mtime.
+func TestCaptureSeesAWriteThatKeepsSizeAndMtimeInAPod(t *testing.T) {
+	needRoot(t)
+	captureSeesAWriteThatKeepsSizeAndMtime(t, newHarness(t, onKube(t)))
+}
+
+func captureSeesAWriteThatKeepsSizeAndMtime(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	run := func(command string) {
