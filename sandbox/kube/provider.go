@@ -36,6 +36,7 @@ type Provider struct {
 	exec    *Exec
 	open    OpenSessions
 	log     *slog.Logger
+	grace   time.Duration // helperGrace; a test's shorter
 
 	mu   sync.Mutex
 	live map[string]*podWorkspace // by session id
@@ -73,6 +74,18 @@ const (
 	changesEntries  = 200_000
 )
 
+// How long the server waits on a pod's helper: a command's own timeout
+// and helperGrace (the helper's kills and the last of the output), and
+// helperWork for a copy in or a look at the workspace, which the capture
+// bounds to at most ten minutes.
+const (
+	helperGrace = 30 * time.Second
+	helperWork  = 11 * time.Minute
+)
+
+// errHelperLate: the pod's helper did not answer in time.
+var errHelperLate = errors.New("kube: the pod's helper did not answer in time")
+
 // maintainEvery is how often the warm pool is topped up and pods of ended
 // sessions are reaped, by every instance.
 const maintainEvery = 30 * time.Second
@@ -98,7 +111,7 @@ func New(cfg Config, rc *rest.Config, api dynamic.Interface, open OpenSessions, 
 func newProvider(cfg Config, api dynamic.Interface, exec *Exec, open OpenSessions, log *slog.Logger) *Provider {
 	ctx, stop := context.WithCancel(context.Background())
 	p := &Provider{cfg: cfg, cluster: newCluster(api, cfg), exec: exec, open: open, log: log,
-		live: map[string]*podWorkspace{}, stop: stop}
+		live: map[string]*podWorkspace{}, stop: stop, grace: helperGrace}
 	p.loop.Go(func() { p.maintain(ctx) })
 	return p
 }
@@ -233,7 +246,7 @@ func (p *Provider) unpack(ctx context.Context, pod string, tarball io.Reader, re
 		args = append(args, "-reset")
 	}
 	var status inpod.UnpackStatus
-	err := p.frames(ctx, pod, p.helper("unpack", args...), tarball, &status, func(kind byte, payload []byte, _ *inpod.FrameReader) error {
+	err := p.frames(ctx, pod, p.helper("unpack", args...), helperWork, tarball, &status, func(kind byte, payload []byte, _ *inpod.FrameReader) error {
 		if kind == inpod.FrameEntry && written != nil {
 			return written(payload)
 		}
@@ -251,9 +264,12 @@ func (p *Provider) unpack(ctx context.Context, pod string, tarball io.Reader, re
 // frames runs a helper verb and hands each frame but the last to each;
 // the last, the status, is decoded into status. Whatever the helper
 // sends is bounded by frameMax a frame.
-func (p *Provider) frames(ctx context.Context, pod string, argv []string, stdin io.Reader, status any,
+func (p *Provider) frames(ctx context.Context, pod string, argv []string, limit time.Duration, stdin io.Reader, status any,
 	each func(kind byte, payload []byte, fr *inpod.FrameReader) error) error {
-	ctx, cancel := context.WithCancel(ctx)
+	// The helper bounds its work itself, but it shares its user with the
+	// session's code, which may have stopped it: the server does not wait
+	// on it past limit.
+	ctx, cancel := context.WithTimeoutCause(ctx, limit, errHelperLate)
 	defer cancel()
 	out, in := io.Pipe()
 	var stderr limitedBuffer
@@ -289,6 +305,8 @@ func (p *Provider) frames(ctx context.Context, pod string, argv []string, stdin 
 	switch {
 	case got && failed == nil:
 		return nil
+	case errors.Is(context.Cause(ctx), errHelperLate):
+		return fmt.Errorf("kube: pod %s: %w", pod, errHelperLate)
 	case runErr != nil:
 		return runErr
 	case errors.Is(failed, io.EOF):
@@ -346,7 +364,7 @@ func (p *Provider) Run(ctx context.Context, s sandbox.Session, c sandbox.Command
 	hold, release := io.Pipe()
 	defer release.Close()
 	var status inpod.RunStatus
-	err = p.frames(ctx, ws.pod, p.helper("run", args...), hold, &status, func(kind byte, payload []byte, _ *inpod.FrameReader) error {
+	err = p.frames(ctx, ws.pod, p.helper("run", args...), lim.Timeout+p.grace, hold, &status, func(kind byte, payload []byte, _ *inpod.FrameReader) error {
 		switch kind {
 		case inpod.FrameStdout:
 			out.Stdout(payload)
@@ -360,6 +378,8 @@ func (p *Provider) Run(ctx context.Context, s sandbox.Session, c sandbox.Command
 	switch {
 	case ctx.Err() != nil:
 		return nil, &sandbox.RunError{Kind: sandbox.Canceled, Partial: res, Err: context.Cause(ctx)}
+	case errors.Is(err, errHelperLate):
+		return nil, &sandbox.RunError{Kind: sandbox.Timeout, Partial: res, Err: err}
 	case err != nil:
 		return nil, err
 	case status.Error != "":
@@ -406,7 +426,7 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 	var status inpod.ChangesStatus
 	var skipped string // a folder visit skipped: nothing below it is visited
 	stopped := errors.New("visit stopped")
-	err = p.frames(ctx, ws.pod, p.helper("changes", args...), manifest, &status, func(kind byte, payload []byte, fr *inpod.FrameReader) error {
+	err = p.frames(ctx, ws.pod, p.helper("changes", args...), helperWork, manifest, &status, func(kind byte, payload []byte, fr *inpod.FrameReader) error {
 		if kind != inpod.FrameEntry {
 			return nil
 		}
@@ -525,7 +545,7 @@ func (p *Provider) KillAll(ctx context.Context, s sandbox.Session) error {
 		return err
 	}
 	var status inpod.KillStatus
-	if err := p.frames(ctx, pod.Name, p.helper("killall"), nil, &status, ignoreFrames); err != nil {
+	if err := p.frames(ctx, pod.Name, p.helper("killall"), p.grace, nil, &status, ignoreFrames); err != nil {
 		return err
 	}
 	if status.Left > 0 {

@@ -185,3 +185,25 @@ func TestProviderThroughExec(t *testing.T) {
 		t.Fatal("a command ran after End")
 	}
 }
+
+// A pod's helper that answers nothing (the session's code stopped it; it
+// shares its user) holds the server no longer than the command's timeout
+// and a grace.
+func TestASilentHelperTimesOut(t *testing.T) {
+	p, _, _ := newRigProvider(t)
+	ctx := execContext(t)
+	s := sandbox.Session{ID: "edit_silent", ProjectID: 7, UID: 3_000_002}
+	if _, err := p.Prepare(ctx, s, tarBase{"a.txt": "a\n"}); err != nil {
+		t.Fatal(err)
+	}
+	silent := filepath.Join(t.TempDir(), "silent")
+	if err := os.WriteFile(silent, []byte("#!/bin/sh\nexec sleep 1000\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p.cfg.Helper, p.grace = silent, 500*time.Millisecond
+	began := time.Now()
+	_, err := p.Run(ctx, s, sandbox.Command{Argv: []string{"true"}, Limits: sandbox.Limits{Timeout: 300 * time.Millisecond}})
+	if !errors.Is(err, sandbox.ErrTimeout) || time.Since(began) > 10*time.Second {
+		t.Fatalf("a silent helper: %v after %v", err, time.Since(began))
+	}
+}

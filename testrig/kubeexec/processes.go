@@ -137,10 +137,18 @@ func runTTY(cmd *exec.Cmd, in io.Reader, out io.Writer, resize <-chan remotecomm
 	if err != nil {
 		return err
 	}
-	defer term.Close()
-	ended := make(chan struct{})
-	defer close(ended)
-	go followSizes(term, resize, ended)
+	// The sizes stop before the terminal closes: Setsize reads its
+	// descriptor, which Close takes away.
+	ended, sized := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sized)
+		followSizes(term, resize, ended)
+	}()
+	defer func() {
+		close(ended)
+		<-sized
+		term.Close()
+	}()
 	if in != nil {
 		go func() { _, _ = io.Copy(term, in) }()
 	}
