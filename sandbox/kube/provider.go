@@ -64,9 +64,9 @@ var _ sandbox.Provider = (*Provider)(nil)
 // session's code, which may have taken it over.
 const (
 	frameMax = 64 << 10 // any one frame: output chunks are 32 KiB, entries far less
-	// manifestMax bounds the manifest of one workspace: some 700,000 files
-	// of the base's; a larger base is refused by the code store first.
-	manifestMax = 128 << 20
+	// manifestMax bounds the manifest of one workspace, held while the
+	// session lives: some 200,000 files of the base's.
+	manifestMax = 32 << 20
 	// changesFileMax is the most of one file Changed brings back: one byte
 	// past the largest edit, so that a larger file is seen to be larger.
 	changesFileMax  = 262_144 + 1
@@ -584,24 +584,24 @@ func (p *Provider) forget(id string) {
 // its sessions' pods.
 func (p *Provider) EndProject(context.Context, int64) error { return nil }
 
-// Recover deletes the pods of sessions no longer open; those of open
-// sessions stay for their next Prepare, which unpacks them afresh.
+// Recover ends the processes that earlier instances left in the pods of
+// the sessions still open that they held (open), as a command that
+// outlived a crashed server; the next Prepare of each unpacks afresh.
+// Pods of sessions no longer open go with the reaper, which asks the
+// database: open lists only this instance's share of the open sessions.
 func (p *Provider) Recover(ctx context.Context, open []sandbox.Session) error {
-	ids := map[string]bool{}
+	var errs []error
 	for _, s := range open {
-		ids[s.ID] = true
+		errs = append(errs, p.KillAll(ctx, s))
 	}
-	err := p.cluster.reap(ctx, func(_ context.Context, asked []string) (map[string]bool, error) {
-		answer := map[string]bool{}
-		for _, id := range asked {
-			answer[id] = ids[id]
+	if p.open != nil {
+		err := p.cluster.reap(ctx, p.open)
+		if apierrors.IsForbidden(err) {
+			err = fmt.Errorf("kube: the instances' Role lacks a verb (deploy/kubernetes): %w", err)
 		}
-		return answer, nil
-	})
-	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("kube: the instances' Role lacks a verb (deploy/kubernetes): %w", err)
+		errs = append(errs, err)
 	}
-	return err
+	return errors.Join(errs...)
 }
 
 // Close stops the warm pool and the reaper of this instance; the pods

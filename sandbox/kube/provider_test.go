@@ -54,7 +54,7 @@ func (b tarBase) WriteTar(_ context.Context, w io.Writer) error {
 // pod runs as soon as it is created, as a kubelet would make it) and
 // whose exec reaches a folder of this host through the kubelet's own
 // streaming server, where this binary is the pod's helper.
-func newRigProvider(t *testing.T) (*Provider, *fakeAPI, string) {
+func newRigProvider(t *testing.T, open OpenSessions) (*Provider, *fakeAPI, string) {
 	t.Helper()
 	root := t.TempDir()
 	cfg := testConfig()
@@ -66,7 +66,7 @@ func newRigProvider(t *testing.T) (*Provider, *fakeAPI, string) {
 		return false, nil, unstructured.SetNestedField(u.Object, "Running", "status", "phase")
 	})
 	rc := kubeexec.Serve(t, &kubeexec.Processes{Dir: func(string) (string, error) { return root, nil }})
-	p := newProvider(cfg, api, NewExec(rc, cfg.Namespace, containerName), nil, slog.New(slog.DiscardHandler))
+	p := newProvider(cfg, api, NewExec(rc, cfg.Namespace, containerName), open, slog.New(slog.DiscardHandler))
 	t.Cleanup(func() { p.Close(context.Background()) })
 	return p, api, root
 }
@@ -76,7 +76,7 @@ func newRigProvider(t *testing.T) (*Provider, *fakeAPI, string) {
 // bounds, what the command changed found against the manifest, a shell
 // on a terminal, and the pod gone at the end.
 func TestProviderThroughExec(t *testing.T) {
-	p, api, root := newRigProvider(t)
+	p, api, root := newRigProvider(t, nil)
 	ctx := execContext(t)
 	s := sandbox.Session{ID: "edit_Abc-1", ProjectID: 7, UID: 3_000_001}
 	if _, err := p.Run(ctx, s, sandbox.Command{Argv: []string{"true"}}); err == nil {
@@ -190,7 +190,7 @@ func TestProviderThroughExec(t *testing.T) {
 // shares its user) holds the server no longer than the command's timeout
 // and a grace.
 func TestASilentHelperTimesOut(t *testing.T) {
-	p, _, _ := newRigProvider(t)
+	p, _, _ := newRigProvider(t, nil)
 	ctx := execContext(t)
 	s := sandbox.Session{ID: "edit_silent", ProjectID: 7, UID: 3_000_002}
 	if _, err := p.Prepare(ctx, s, tarBase{"a.txt": "a\n"}); err != nil {
@@ -205,5 +205,31 @@ func TestASilentHelperTimesOut(t *testing.T) {
 	_, err := p.Run(ctx, s, sandbox.Command{Argv: []string{"true"}, Limits: sandbox.Limits{Timeout: 300 * time.Millisecond}})
 	if !errors.Is(err, sandbox.ErrTimeout) || time.Since(began) > 10*time.Second {
 		t.Fatalf("a silent helper: %v after %v", err, time.Since(began))
+	}
+}
+
+// Recover ends what earlier instances left in their sessions' pods and
+// deletes only the pods of sessions no longer open: the sessions it is
+// given are this instance's share, not all the open ones, and the pods of
+// sessions other instances hold stay.
+func TestRecoverLeavesOtherInstancesPods(t *testing.T) {
+	mine := sandbox.Session{ID: "edit_mine", ProjectID: 1}
+	theirs := sandbox.Session{ID: "edit_theirs", ProjectID: 1}
+	closed := sandbox.Session{ID: "edit_closed", ProjectID: 1}
+	p, api, _ := newRigProvider(t, func(_ context.Context, ids []string) (map[string]bool, error) {
+		return map[string]bool{mine.ID: true, theirs.ID: true}, nil
+	})
+	ctx := execContext(t)
+	for _, s := range []sandbox.Session{theirs, closed} {
+		if _, err := p.cluster.createSessionPod(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Recover(ctx, []sandbox.Session{mine}); err != nil {
+		t.Fatal(err)
+	}
+	pods := api.storedPods(testConfig().Namespace)
+	if len(pods) != 1 || pods[0].Annotations[annotationID] != theirs.ID {
+		t.Fatalf("after Recover: %v", names(pods))
 	}
 }
