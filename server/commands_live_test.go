@@ -124,7 +124,15 @@ func drain(t *testing.T, events <-chan sseEvent, from int) (string, commandExitJ
 // and none is left once the command has ended.
 func TestCommandOutputStreamsLive(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	commandOutputStreamsLive(t, newHarness(t))
+}
+
+func TestCommandOutputStreamsLiveInAPod(t *testing.T) {
+	needRoot(t)
+	commandOutputStreamsLive(t, newHarness(t, onKube(t)))
+}
+
+func commandOutputStreamsLive(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	other := h.user("other", false)
 	owner.addMember(id, "other", "admin")
@@ -213,7 +221,15 @@ func TestCommandOutputStreamsLive(t *testing.T) {
 // ends.
 func TestCommandOutlivesItsRequest(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	commandOutlivesItsRequest(t, newHarness(t))
+}
+
+func TestCommandOutlivesItsRequestInAPod(t *testing.T) {
+	needRoot(t)
+	commandOutlivesItsRequest(t, newHarness(t, onKube(t)))
+}
+
+func commandOutlivesItsRequest(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	s, base := owner.session(id)
 
@@ -300,7 +316,15 @@ func TestCommandStreamsAreBounded(t *testing.T) {
 // command, as any cancel does, and nothing of the command runs on.
 func TestCancelBeforeTheCommandStarts(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	cancelBeforeTheCommandStarts(t, newHarness(t))
+}
+
+func TestCancelBeforeTheCommandStartsInAPod(t *testing.T) {
+	needRoot(t)
+	cancelBeforeTheCommandStarts(t, newHarness(t, onKube(t)))
+}
+
+func cancelBeforeTheCommandStarts(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	s, base := owner.session(id)
 	answer := owner.runInBackground(base, "sleep 30; echo never", false)

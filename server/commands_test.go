@@ -56,6 +56,9 @@ func (h *harness) workspace() string {
 // commands see as /workspace.
 func hostCheckout(t *testing.T, h *harness, sessionID string) string {
 	t.Helper()
+	if h.cfg.Kube != nil {
+		return podCheckout(t, h, sessionID)
+	}
 	found, _ := filepath.Glob(filepath.Join(h.cfg.SandboxDir(), sessionID, "checkout"))
 	if len(found) != 1 {
 		t.Fatalf("the checkout of %s on the host: %q", sessionID, found)

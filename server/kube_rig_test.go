@@ -1,8 +1,6 @@
 package server
 
 import (
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -139,10 +138,12 @@ func (p *podUIDs) uid(container string) (uint32, error) {
 	return uid, err
 }
 
-// podProcesses lists the command lines of the processes the rig's pods
-// run (their uids are the upper half of the harness's block).
-func podProcesses(h *harness) []string {
-	from, to := h.cfg.Sandbox.UIDBase+h.cfg.Sandbox.UIDCount/2, h.cfg.Sandbox.UIDBase+h.cfg.Sandbox.UIDCount
+// sandboxProcesses lists the command lines of the processes that the
+// harness's sandboxes run, wherever they run: the local jail's sessions
+// and the rig's pods both take their uids from the harness's block (the
+// pods its upper half).
+func sandboxProcesses(h *harness) []string {
+	from, to := h.cfg.Sandbox.UIDBase, h.cfg.Sandbox.UIDBase+h.cfg.Sandbox.UIDCount
 	var found []string
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -162,53 +163,41 @@ func podProcesses(h *harness) []string {
 	return found
 }
 
-// A shell in a pod, through the server: keys applied in order, the
-// terminal's size and a resize, DELETE ending the shell and what it
-// started, and the session's end deleting its pod.
-func TestTerminalInAPod(t *testing.T) {
-	needRoot(t)
-	h := newHarness(t, onKube(t))
-	owner, id := editable(t, h)
-	_, base := owner.session(id)
-	term, res := owner.openTerminal(base)
-	if res.StatusCode != http.StatusCreated {
-		t.Fatalf("open: %d %s", res.StatusCode, readBody(res))
+// sandboxRuns reports whether a process of the harness's sandboxes runs
+// the command line cmdline.
+func sandboxRuns(h *harness, cmdline string) bool {
+	return slices.Contains(sandboxProcesses(h), cmdline)
+}
+
+// rigPods is the rig's API for the pods of the harness's sandbox
+// namespace.
+func rigPods(h *harness) dynamic.ResourceInterface {
+	return h.cfg.kubeRig.api.Resource(corev1.SchemeGroupVersion.WithResource("pods")).Namespace(h.cfg.Kube.Namespace)
+}
+
+// podCheckout is the folder on this host that the rig's pod of a session
+// sees at its workspace, found by the session id the pod is annotated
+// with (a pod claimed from the warm pool keeps its own name).
+func podCheckout(t *testing.T, h *harness, sessionID string) string {
+	t.Helper()
+	list, err := rigPods(h).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	stream := base + "/terminals/" + term.ID + "/stream"
-	for _, in := range []struct {
-		seq  uint64
-		data string
-	}{{2, "lo-$((6*7)) && stty size\r"}, {1, "echo hel"}} {
-		if res := owner.input(base, term.ID, in.seq, in.data); res.StatusCode != http.StatusOK {
-			t.Fatalf("input %d: %d %s", in.seq, res.StatusCode, readBody(res))
+	for _, pod := range list.Items {
+		if pod.GetAnnotations()["atelier.dev/session-id"] == sessionID {
+			return filepath.Join(filepath.Dir(h.cfg.Kube.Helper), "pods", pod.GetName())
 		}
 	}
-	out, last := owner.streamUntil(t, stream, "30 100")
-	if !strings.Contains(out, "hello-42") {
-		t.Fatalf("output %q", out)
-	}
-	if res := owner.post(base+"/terminals/"+term.ID+"/resize", url.Values{"cols": {"120"}, "rows": {"40"}}, header{"X-CSRF-Token": owner.csrf}); res.StatusCode != http.StatusNoContent {
-		t.Fatalf("resize: %d", res.StatusCode)
-	}
-	owner.input(base, term.ID, 3, "stty size; pwd\r")
-	if after, _ := owner.streamUntil(t, stream+"?from="+last, "40 120"); strings.Contains(after, "hello-42") {
-		t.Fatalf("resuming repeated old output: %q", after)
-	}
-	owner.input(base, term.ID, 4, "sleep 999 & echo BG-$((2+3))\r")
-	owner.streamUntil(t, stream, "BG-5")
-	wait.For(t, wait.Short, "the shell's job among the pod's processes", func() bool { return slices.Contains(podProcesses(h), "sleep 999") })
-	if res := owner.del(base+"/terminals/"+term.ID, jsonAccept); res.StatusCode != http.StatusNoContent {
-		t.Fatalf("delete: %d", res.StatusCode)
-	}
-	wait.For(t, wait.Short, "the shell and its job to end", func() bool { return !slices.Contains(podProcesses(h), "sleep 999") })
+	t.Fatalf("no pod of session %s among %d", sessionID, len(list.Items))
+	return ""
+}
 
-	pods := h.cfg.kubeRig.api.Resource(corev1.SchemeGroupVersion.WithResource("pods")).Namespace(h.cfg.Kube.Namespace)
-	if list, err := pods.List(t.Context(), metav1.ListOptions{}); err != nil || len(list.Items) != 1 {
-		t.Fatalf("the session's pod: %v %v", list, err)
-	}
-	owner.post(base+"/discard", nil, jsonAccept)
-	wait.For(t, wait.Short, "the session's pod to be deleted", func() bool {
-		list, err := pods.List(t.Context(), metav1.ListOptions{})
+// waitNoPods waits for every pod of the rig to be deleted.
+func waitNoPods(t *testing.T, h *harness) {
+	t.Helper()
+	wait.For(t, wait.Short, "the pods to be deleted", func() bool {
+		list, err := rigPods(h).List(t.Context(), metav1.ListOptions{})
 		return err == nil && len(list.Items) == 0
 	})
 }
@@ -260,9 +249,5 @@ func TestChangeVerifiedInAPod(t *testing.T) {
 	if ch.Status != models.ChangeVerified {
 		t.Fatalf("the check in a pod: %+v", ch)
 	}
-	pods := h.cfg.kubeRig.api.Resource(corev1.SchemeGroupVersion.WithResource("pods")).Namespace(h.cfg.Kube.Namespace)
-	wait.For(t, wait.Short, "the pods to go", func() bool {
-		list, err := pods.List(t.Context(), metav1.ListOptions{})
-		return err == nil && len(list.Items) == 0
-	})
+	waitNoPods(t, h)
 }

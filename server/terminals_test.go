@@ -13,7 +13,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -109,7 +108,18 @@ func (c *client) streamUntil(t *testing.T, url, want string) (string, string) {
 
 func TestTerminalsOverHTTP(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	terminalsOverHTTP(t, newHarness(t))
+}
+
+// The same in a pod, whose end goes with the session's.
+func TestTerminalsOverHTTPInAPod(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t, onKube(t))
+	terminalsOverHTTP(t, h)
+	waitNoPods(t, h)
+}
+
+func terminalsOverHTTP(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	other := h.user("other", false)
 	owner.addMember(id, "other", "admin")
@@ -166,22 +176,26 @@ func TestTerminalsOverHTTP(t *testing.T) {
 	expectProblem(t, res, http.StatusTooManyRequests, "account_shells")
 
 	// DELETE kills the shell and what it started.
-	pid := shellPid(t, h, term.ID)
 	owner.input(base, term.ID, 5, "sleep 999 & echo BG-$((2+3))\r")
 	owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream", "BG-5") // the sleep has started
+	if !sandboxRuns(h, "sleep 999") {
+		t.Fatalf("the shell's job is not among the sandbox's processes: %q", sandboxProcesses(h))
+	}
 	if res := owner.del(base+"/terminals/"+term.ID, jsonAccept); res.StatusCode != http.StatusNoContent {
 		t.Fatalf("delete: %d", res.StatusCode)
 	}
-	if syscall.Kill(pid, 0) == nil {
-		t.Fatalf("the shell (pid %d) survived DELETE", pid)
-	}
+	wait.For(t, wait.Short, "the shell's job to end with it", func() bool { return !sandboxRuns(h, "sleep 999") })
 	// The session's other shells live on. Not a wait: nothing is to
 	// happen, and this is the time a wrongly ended shell would take to
 	// show as gone.
 	time.Sleep(300 * time.Millisecond)
 	for _, other := range others {
-		if tm, err := h.app.Terminals.Get(other); err != nil || syscall.Kill(tm.Pid(), 0) != nil {
+		tm, err := h.app.Terminals.Get(other)
+		if err != nil {
 			t.Fatalf("closing one shell ended another (%s): %v", other, err)
+		}
+		if exit, ended := tm.ExitStatus(); ended {
+			t.Fatalf("closing one shell ended another (%s): %+v", other, exit)
 		}
 	}
 	if _, res := owner.openTerminal(base); res.StatusCode != http.StatusCreated {
@@ -228,7 +242,15 @@ func waitClosed(t *testing.T, h *harness, id, why string) {
 // are told it exited.
 func TestTerminalLifetime(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	terminalLifetime(t, newHarness(t))
+}
+
+func TestTerminalLifetimeInAPod(t *testing.T) {
+	needRoot(t)
+	terminalLifetime(t, newHarness(t, onKube(t)))
+}
+
+func terminalLifetime(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	s, base := owner.session(id)
 	ctx := context.Background()

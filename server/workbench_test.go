@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -76,7 +75,15 @@ func waitRunning(t *testing.T, h *harness, sessionID string) {
 // request without the CSRF token is refused.
 func TestCancelCommand(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	cancelCommand(t, newHarness(t))
+}
+
+func TestCancelCommandInAPod(t *testing.T) {
+	needRoot(t)
+	cancelCommand(t, newHarness(t, onKube(t)))
+}
+
+func cancelCommand(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	other := h.user("other", false)
 	s, base := owner.session(id)
@@ -85,24 +92,25 @@ func TestCancelCommand(t *testing.T) {
 	expectProblem(t, owner.post(base+"/commands/cancel", nil, jsonAccept), http.StatusConflict, "no_running_command")
 
 	began := time.Now()
-	answer := owner.runInBackground(base, "echo started; echo partial > wrote.txt; sleep 30; echo never", false)
+	answer := owner.runInBackground(base, "echo partial > wrote.txt; echo started; sleep 30; echo never", false)
 	waitRunning(t, h, s.ID)
 
 	// Someone else's request finds no such session, and stops nothing.
 	expectProblem(t, other.post(base+"/commands/cancel", nil, jsonAccept), http.StatusNotFound, "not_found")
 	// The owner's browser without the token (a cross-site form) is refused.
 	expectProblem(t, owner.postRaw(base+"/commands/cancel", url.Values{}, jsonAccept), http.StatusForbidden, "csrf")
-	// It is cancelled once it has written, so the answer has something to
-	// keep: the first command also builds the checkout, which on a loaded
-	// machine takes longer than any fixed pause.
+	// It is cancelled once it has written (its output says so), so the
+	// answer has something to keep: the first command also builds the
+	// checkout, which on a loaded machine takes longer than any fixed
+	// pause.
 	wait.For(t, wait.Long, "the command to write", func() bool {
 		select {
 		case a := <-answer:
 			t.Fatalf("the command ended before its owner cancelled it: %+v", a)
 		default:
 		}
-		wrote, _ := filepath.Glob(filepath.Join(h.cfg.SandboxDir(), "edit_*", "checkout", "wrote.txt"))
-		return len(wrote) == 1
+		out, err := h.app.Runtime.CommandOutput(&editsession.Session{CodeSession: &models.CodeSession{ID: s.ID}})
+		return err == nil && out.Offset() > 0
 	})
 
 	res := owner.post(base+"/commands/cancel", nil, jsonAccept)
