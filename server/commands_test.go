@@ -310,6 +310,30 @@ func TestEndingRemovesTheSandbox(t *testing.T) {
 	}
 }
 
+// In a pod, ending a session deletes its pod, and so does an idle
+// checkout's drop; the next command makes the pod again with the
+// session's edits.
+func TestEndingDeletesThePod(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t, onKube(t))
+	owner, id := editable(t, h)
+	s, base := owner.session(id)
+	if out, _ := owner.run(base, "pwd; echo left > ~/left-behind", ""); out.Stdout != h.cfg.Kube.Workspace+"\n" {
+		t.Fatalf("pwd: %+v", out)
+	}
+	hostCheckout(t, h, s.ID) // the session has a pod
+	owner.put(base, "kept.txt", []byte("kept\n"), nil)
+	h.clock.Advance(2*time.Minute + time.Second)
+	h.app.Runtime.DropIdleCheckouts(context.Background())
+	waitNoPods(t, h)
+	if out, _ := owner.run(base, "cat kept.txt", ""); out.Stdout != "kept\n" {
+		t.Fatalf("the checkout made again: %+v", out)
+	}
+	hostCheckout(t, h, s.ID)
+	owner.post(base+"/discard", nil, jsonAccept)
+	waitNoPods(t, h)
+}
+
 // The project's network policy: deny (the default) keeps commands off the
 // host's ports, and so does allow, which gives them a network of their own
 // with a way out (sandbox/egress_test.go tests where it leads); members

@@ -537,7 +537,15 @@ func TestDashboardEndsSessionEverywhere(t *testing.T) {
 // the session stays open.
 func TestDashboardClosesShell(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	dashboardClosesShell(t, newHarness(t))
+}
+
+func TestDashboardClosesShellInAPod(t *testing.T) {
+	needRoot(t)
+	dashboardClosesShell(t, newHarness(t, onKube(t)))
+}
+
+func dashboardClosesShell(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	root := h.user("root", true)
 	s, base := owner.session(id)

@@ -21,7 +21,15 @@ import (
 // records where the slowest keys spend their time (README, Performance).
 func TestKeystrokeEchoes(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	keystrokeEchoes(t, newHarness(t))
+}
+
+func TestKeystrokeEchoesInAPod(t *testing.T) {
+	needRoot(t)
+	keystrokeEchoes(t, newHarness(t, onKube(t)))
+}
+
+func keystrokeEchoes(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	term, res := owner.openTerminal(base)

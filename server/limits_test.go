@@ -20,7 +20,15 @@ import (
 // sandbox_busy and a Retry-After; once they end, commands run again.
 func TestSandboxBusyBeyondMaxRunning(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t, func(c *Config) { c.SandboxMaxRunning = 2 })
+	sandboxBusyBeyondMaxRunning(t, newHarness(t, func(c *Config) { c.SandboxMaxRunning = 2 }))
+}
+
+func TestSandboxBusyBeyondMaxRunningInAPod(t *testing.T) {
+	needRoot(t)
+	sandboxBusyBeyondMaxRunning(t, newHarness(t, onKube(t), func(c *Config) { c.SandboxMaxRunning = 2 }))
+}
+
+func sandboxBusyBeyondMaxRunning(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	other, third := h.user("other", false), h.user("third", false)
 	owner.addMember(id, "other", "admin")
@@ -85,7 +93,15 @@ func TestSandboxBusyBeyondMaxRunning(t *testing.T) {
 // everybody else.
 func TestCommandSlotsShared(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t, func(c *Config) { c.SandboxMaxRunning = 3 })
+	commandSlotsShared(t, newHarness(t, func(c *Config) { c.SandboxMaxRunning = 3 }))
+}
+
+func TestCommandSlotsSharedInAPod(t *testing.T) {
+	needRoot(t)
+	commandSlotsShared(t, newHarness(t, onKube(t), func(c *Config) { c.SandboxMaxRunning = 3 }))
+}
+
+func commandSlotsShared(t *testing.T, h *harness) {
 	alice, id := editable(t, h)
 	second := alice.createProject("second")
 	bob := h.user("bob", false)

@@ -64,7 +64,15 @@ func castOf(t *testing.T, body string) (map[string]any, [][3]any) {
 // project; deleting it lists its file for the collector.
 func TestRecordATerminal(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	recordATerminal(t, newHarness(t))
+}
+
+func TestRecordATerminalInAPod(t *testing.T) {
+	needRoot(t)
+	recordATerminal(t, newHarness(t, onKube(t)))
+}
+
+func recordATerminal(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	bob := h.user("bob", false)
 	root := h.user("root", true)

@@ -33,7 +33,24 @@ func between(t *testing.T, s string) string {
 func TestTerminalAndCommandShareTheEnvironment(t *testing.T) {
 	needRoot(t)
 	const extra = "/usr/lib/atelier-test/bin"
-	h := newHarness(t, func(c *Config) { c.Sandbox.Path = []string{extra} })
+	inCommand := terminalAndCommandShareTheEnvironment(t, newHarness(t, func(c *Config) { c.Sandbox.Path = []string{extra} }))
+	if !strings.Contains(inCommand, ":"+extra+"\n") {
+		t.Fatalf("the command's PATH lacks ATELIER_SANDBOX_PATH: %q", inCommand)
+	}
+	if _, err := os.Stat("/usr/local/go/bin/go"); err == nil && !strings.Contains(inCommand, "go=/usr/local/go/bin/go\n") {
+		t.Fatalf("the host has Go, the command does not find it: %q", inCommand)
+	}
+}
+
+// In a pod, whose environment is its image's.
+func TestTerminalAndCommandShareTheEnvironmentInAPod(t *testing.T) {
+	needRoot(t)
+	terminalAndCommandShareTheEnvironment(t, newHarness(t, onKube(t)))
+}
+
+// terminalAndCommandShareTheEnvironment answers what the probe printed
+// in a command.
+func terminalAndCommandShareTheEnvironment(t *testing.T, h *harness) string {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 
@@ -42,12 +59,6 @@ func TestTerminalAndCommandShareTheEnvironment(t *testing.T) {
 		t.Fatalf("the command: %d %+v", res.StatusCode, out)
 	}
 	inCommand := between(t, out.Stdout)
-	if !strings.Contains(inCommand, ":"+extra+"\n") {
-		t.Fatalf("the command's PATH lacks ATELIER_SANDBOX_PATH: %q", inCommand)
-	}
-	if _, err := os.Stat("/usr/local/go/bin/go"); err == nil && !strings.Contains(inCommand, "go=/usr/local/go/bin/go\n") {
-		t.Fatalf("the host has Go, the command does not find it: %q", inCommand)
-	}
 	// The session's own start-up file, written as any file of HOME.
 	if out, _ := owner.run(base, `echo 'alias greet="echo bashrc-read-\$((6*7))"' > ~/.bashrc`, ""); out.ExitCode != 0 {
 		t.Fatalf("writing ~/.bashrc: %+v", out)
@@ -70,4 +81,5 @@ func TestTerminalAndCommandShareTheEnvironment(t *testing.T) {
 			t.Fatalf("the shell is not an interactive, non-login bash for xterm.js: %q", shown)
 		}
 	}
+	return inCommand
 }

@@ -178,9 +178,7 @@ func terminalsOverHTTP(t *testing.T, h *harness) {
 	// DELETE kills the shell and what it started.
 	owner.input(base, term.ID, 5, "sleep 999 & echo BG-$((2+3))\r")
 	owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream", "BG-5") // the sleep has started
-	if !sandboxRuns(h, "sleep 999") {
-		t.Fatalf("the shell's job is not among the sandbox's processes: %q", sandboxProcesses(h))
-	}
+	wait.For(t, wait.Short, "the shell's job among the sandbox's processes", func() bool { return sandboxRuns(h, "sleep 999") })
 	if res := owner.del(base+"/terminals/"+term.ID, jsonAccept); res.StatusCode != http.StatusNoContent {
 		t.Fatalf("delete: %d", res.StatusCode)
 	}

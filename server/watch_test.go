@@ -109,7 +109,15 @@ func (w *watchStream) sees(t *testing.T, want string) {
 // refuses the next.
 func TestWatchASharedTerminal(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	watchASharedTerminal(t, newHarness(t))
+}
+
+func TestWatchASharedTerminalInAPod(t *testing.T) {
+	needRoot(t)
+	watchASharedTerminal(t, newHarness(t, onKube(t)))
+}
+
+func watchASharedTerminal(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	bob := h.user("bob", false)
 	dave := h.user("dave", false)

@@ -150,3 +150,25 @@ func cleanRel(p string) (string, error) {
 	}
 	return path.Clean(p), nil
 }
+
+// environ is the helper's environment (the container's: the image's PATH,
+// the pod's HOME) for a command or a shell, with TERM saying what reads
+// the output, as in the local jail: a page's xterm.js for a shell, plain
+// text for a command; and LANG C.UTF-8 where the image names none.
+func environ(env []string, term string) []string {
+	out := make([]string, 0, len(env)+2)
+	lang := false
+	for _, e := range env {
+		switch {
+		case strings.HasPrefix(e, "TERM="):
+			continue
+		case strings.HasPrefix(e, "LANG="):
+			lang = true
+		}
+		out = append(out, e)
+	}
+	if !lang {
+		out = append(out, "LANG=C.UTF-8")
+	}
+	return append(out, "TERM="+term)
+}

@@ -98,6 +98,7 @@ func shellVerb(args []string, stderr io.Writer) (int, error) {
 	defer signal.Stop(hangup)
 	shell := exec.Command("/bin/bash", "-i")
 	shell.Dir = *root
+	shell.Env = environ(os.Environ(), "xterm-256color")
 	shell.Stdin, shell.Stdout, shell.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := shell.Start(); err != nil {
 		return 0, fmt.Errorf("inpod: shell: %w", err)

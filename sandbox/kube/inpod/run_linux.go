@@ -105,6 +105,7 @@ func runCommand(o runOptions, stdin io.Reader, fw *frameWriter) RunStatus {
 
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Dir = filepath.Join(o.root, filepath.FromSlash(o.dir))
+	cmd.Env = environ(os.Environ(), "dumb")
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
