@@ -284,8 +284,8 @@ func (p *Provider) frames(ctx context.Context, pod string, argv []string, limit 
 	}()
 	fr := inpod.NewFrameReader(out, frameMax)
 	var got bool
-	var failed error
-	for failed == nil {
+	var failed, stopped error // stopped: each's own error, which ends the exec
+	for failed == nil && stopped == nil {
 		kind, payload, err := fr.Next()
 		if err != nil {
 			failed = err
@@ -295,14 +295,16 @@ func (p *Provider) frames(ctx context.Context, pod string, argv []string, limit 
 			got, failed = true, json.Unmarshal(payload, status)
 			break
 		}
-		failed = each(kind, payload, fr)
+		stopped = each(kind, payload, fr)
 	}
-	if failed != nil && !errors.Is(failed, io.EOF) {
+	if stopped != nil || (failed != nil && !errors.Is(failed, io.EOF)) {
 		cancel()
 	}
 	out.CloseWithError(io.ErrClosedPipe) // unblocks the exec's writes
 	runErr := <-ran
 	switch {
+	case stopped != nil:
+		return fmt.Errorf("kube: pod %s: %w", pod, stopped) // the exec ended because of it
 	case got && failed == nil:
 		return nil
 	case errors.Is(context.Cause(ctx), errHelperLate):

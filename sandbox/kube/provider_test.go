@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -153,6 +154,17 @@ func TestProviderThroughExec(t *testing.T) {
 		if seen[k] != v {
 			t.Fatalf("changed: %v, want %v", seen, want)
 		}
+	}
+	// A visit that stops the walk (a capture out of time) ends it at
+	// once without an error, and a visit's error is the walk's, not the
+	// exec's cancelled context that follows it.
+	visited := 0
+	if err := p.Changed(ctx, s, 8, func(sandbox.Entry) error { visited++; return fs.SkipAll }); err != nil || visited != 1 {
+		t.Fatalf("a walk stopped at its first entry: %d visits, %v", visited, err)
+	}
+	refused := errors.New("refused by the visit")
+	if err := p.Changed(ctx, s, 8, func(sandbox.Entry) error { return refused }); !errors.Is(err, refused) {
+		t.Fatalf("a visit's error became %v", err)
 	}
 
 	console, err := p.Start(ctx, s, 80, 24)
