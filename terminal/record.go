@@ -37,8 +37,9 @@ type Recording struct {
 	cast    []byte
 	max     int
 	start   time.Time
-	partial []byte // the first bytes of a character the last read cut in two
-	full    bool   // it stopped at its bound
+	at      time.Duration // the time of the last event
+	partial []byte        // the first bytes of a character the last read cut in two
+	full    bool          // it stopped at its bound
 	ended   bool
 }
 
@@ -113,8 +114,11 @@ func (r *Recording) resize(cols, rows int, now time.Time) bool {
 // event appends one event line, unless it and the closing note would pass
 // the bound: then the note ends the recording. r.mu must be held.
 func (r *Recording) event(now time.Time, code, data string) bool {
-	line := eventLine(now.Sub(r.start), code, data)
-	note := eventLine(now.Sub(r.start), "m", FullNote)
+	// now was read before r.mu was taken: an event that took the lock
+	// first may be later, and a cast's times never go back.
+	r.at = max(r.at, now.Sub(r.start))
+	line := eventLine(r.at, code, data)
+	note := eventLine(r.at, "m", FullNote)
 	if len(r.cast)+len(line)+len(note) > r.max {
 		r.cast = append(r.cast, note...)
 		r.full = true

@@ -155,3 +155,24 @@ func TestRecordingStopsAtItsBound(t *testing.T) {
 		t.Fatalf("a new recording after a full one: %v", err)
 	}
 }
+
+// Events reach the recording in the order they took its lock, each with
+// the time read before it: a later event first, an earlier one after,
+// still make a cast whose times never go back.
+func TestRecordingTimesNeverGoBack(t *testing.T) {
+	start := time.Now()
+	r := newRecording(1<<20, 80, 24, "", start)
+	r.resize(100, 30, start.Add(300*time.Millisecond))
+	r.output([]byte("late\r\n"), start.Add(200*time.Millisecond))
+	r.output([]byte("later\r\n"), start.Add(400*time.Millisecond))
+	_, events := parseCast(t, r.Cast())
+	want := []float64{0.3, 0.3, 0.4}
+	if len(events) != len(want) {
+		t.Fatalf("events %+v", events)
+	}
+	for i, e := range events {
+		if e.at != want[i] {
+			t.Fatalf("event %d at %v, want %v: %+v", i, e.at, want[i], events)
+		}
+	}
+}

@@ -328,13 +328,12 @@ func (t *Terminal) read() {
 		}
 		n, err := t.stream.Read(buf)
 		if n > 0 {
-			// The recording is the one under way before viewers see the
-			// bytes: one started by someone who saw them starts after.
-			rec := t.rec.Load()
+			// The bytes are recorded before viewers see them, in the
+			// recording under way then: one started by someone who saw
+			// them starts after, and a resize made on seeing them comes
+			// after them.
+			t.recorded(t.rec.Load(), func(r *Recording, now time.Time) bool { return r.output(buf[:n], now) })
 			t.out.writePaced(buf[:n])
-			if rec != nil {
-				t.recorded(rec, func(r *Recording, now time.Time) bool { return r.output(buf[:n], now) })
-			}
 		}
 		if err != nil {
 			// EIO: every slave descriptor is closed. A deadline or a closed
