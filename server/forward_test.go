@@ -20,17 +20,20 @@ import (
 
 // clusterOf runs two instances on one database and data folder, sharing a
 // secret; a has taken the session's runtime by running its first command.
-func clusterOf(t *testing.T) (a, b *harness, owner *client, sessionID, base string) {
+func clusterOf(t *testing.T, tweak ...func(*Config)) (a, b *harness, owner *client, sessionID, base string) {
 	t.Helper()
 	secret := func(c *Config) { c.ClusterSecret = strings.Repeat("k", 32) }
-	a = newHarness(t, secret)
+	a = newHarness(t, append(tweak, secret)...)
 	if err := a.app.TakeOver(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	owner, id := editable(t, a)
 	s, base := owner.session(id)
 	owner.mustRun(base, "echo made > made.txt")
-	b = newHarnessOn(t, a.store, nil, secret, func(c *Config) { c.DataDir, c.WorkspacesRoot = a.cfg.DataDir, a.cfg.WorkspacesRoot })
+	b = newHarnessOn(t, a.store, nil, secret, func(c *Config) {
+		c.DataDir, c.WorkspacesRoot = a.cfg.DataDir, a.cfg.WorkspacesRoot
+		c.Kube, c.kubeRig = a.cfg.Kube, a.cfg.kubeRig // one cluster
+	})
 	if err := b.app.TakeOver(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +48,16 @@ func clusterOf(t *testing.T) (a, b *harness, owner *client, sessionID, base stri
 // stops the holder's command at once.
 func TestRequestsReachTheSessionsHolder(t *testing.T) {
 	needRoot(t)
-	a, b, viaA, sessionID, base := clusterOf(t)
+	requestsReachTheSessionsHolder(t)
+}
+
+func TestRequestsReachTheSessionsHolderInAPod(t *testing.T) {
+	needRoot(t)
+	requestsReachTheSessionsHolder(t, onKube(t))
+}
+
+func requestsReachTheSessionsHolder(t *testing.T, tweak ...func(*Config)) {
+	a, b, viaA, sessionID, base := clusterOf(t, tweak...)
 	viaB := b.signIn("owner")
 
 	if out := viaB.mustRun(base, "cat made.txt; echo via-b > b.txt"); out.Stdout != "made\n" {
@@ -134,7 +146,16 @@ func TestRequestsReachTheSessionsHolder(t *testing.T) {
 // so neither's capture can overwrite the other's edits.
 func TestOneSessionsCommandsNeverOverlapAcrossInstances(t *testing.T) {
 	needRoot(t)
-	a, b, viaA, _, base := clusterOf(t)
+	oneSessionsCommandsNeverOverlapAcrossInstances(t)
+}
+
+func TestOneSessionsCommandsNeverOverlapAcrossInstancesInAPod(t *testing.T) {
+	needRoot(t)
+	oneSessionsCommandsNeverOverlapAcrossInstances(t, onKube(t))
+}
+
+func oneSessionsCommandsNeverOverlapAcrossInstances(t *testing.T, tweak ...func(*Config)) {
+	a, b, viaA, _, base := clusterOf(t, tweak...)
 	viaB := b.signIn("owner")
 	type span struct{ start, end float64 }
 	spans := make(chan span, 2)
@@ -193,12 +214,23 @@ func TestAForgedForwardMarkIsNotBelieved(t *testing.T) {
 // goes, with nothing handed on.
 func TestASessionEndedElsewhereEndsWhereItRuns(t *testing.T) {
 	needRoot(t)
-	a, b, viaA, sessionID, base := clusterOf(t)
+	aSessionEndedElsewhereEndsWhereItRuns(t)
+}
+
+func TestASessionEndedElsewhereEndsWhereItRunsInAPod(t *testing.T) {
+	needRoot(t)
+	aSessionEndedElsewhereEndsWhereItRuns(t, onKube(t))
+}
+
+func aSessionEndedElsewhereEndsWhereItRuns(t *testing.T, tweak ...func(*Config)) {
+	a, b, viaA, sessionID, base := clusterOf(t, tweak...)
 	term, res := viaA.openTerminal(base)
 	if res.StatusCode != http.StatusCreated {
 		t.Fatalf("terminal: %d %s", res.StatusCode, readBody(res))
 	}
-	shellPid(t, a, term.ID)
+	if _, err := a.app.Terminals.Get(term.ID); err != nil {
+		t.Fatalf("the shell does not run on a: %v", err)
+	}
 	if !slices.Contains(a.app.Runtime.HeldSessions(), sessionID) {
 		t.Fatal("a holds no checkout of the session; the test needs one")
 	}

@@ -1,10 +1,11 @@
 package server
 
 import (
+	"atelier/testrig/wait"
 	"net/http"
 	"path/filepath"
-	"syscall"
 	"testing"
+	"time"
 )
 
 // Two instances on one database and one data folder, each with its own
@@ -15,7 +16,19 @@ import (
 // finds its edits.
 func TestASecondInstanceLeavesTheFirstsWorkAlone(t *testing.T) {
 	needRoot(t)
-	a := newHarness(t)
+	secondInstanceLeavesTheFirstsWorkAlone(t)
+}
+
+// In a pod, the second instance's start ends the leftover processes of
+// the sessions no live instance holds, and deletes their pods: none of the
+// first one's.
+func TestASecondInstanceLeavesTheFirstsWorkAloneInAPod(t *testing.T) {
+	needRoot(t)
+	secondInstanceLeavesTheFirstsWorkAlone(t, onKube(t))
+}
+
+func secondInstanceLeavesTheFirstsWorkAlone(t *testing.T, tweak ...func(*Config)) {
+	a := newHarness(t, tweak...)
 	if err := a.app.TakeOver(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -26,9 +39,12 @@ func TestASecondInstanceLeavesTheFirstsWorkAlone(t *testing.T) {
 	if res.StatusCode != http.StatusCreated {
 		t.Fatalf("terminal: %d %s", res.StatusCode, readBody(res))
 	}
-	pid := shellPid(t, a, term.ID)
+	owner.input(base, term.ID, term.NextSeq, "sleep 997 & echo JOB-$((6*7))\r")
+	owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream", "JOB-42")
+	wait.For(t, wait.Short, "the shell's job to run", func() bool { return sandboxRuns(a, "sleep 997") })
+	onDisk := a.cfg.Kube == nil // a pod's disk is the cluster's
 	image := filepath.Join(a.cfg.SandboxDiskDir(), s.ID+".img")
-	if loopOf(t, image) == "" {
+	if onDisk && loopOf(t, image) == "" {
 		t.Fatal("no loop device holds the session's disk; the test needs one")
 	}
 	held, err := a.app.Meter.Usage(t.Context(), id)
@@ -36,17 +52,26 @@ func TestASecondInstanceLeavesTheFirstsWorkAlone(t *testing.T) {
 		t.Fatalf("the live shell holds no reservation: %+v %v", held, err)
 	}
 
-	b := newHarnessOn(t, a.store, nil, func(c *Config) { c.DataDir, c.WorkspacesRoot = a.cfg.DataDir, a.cfg.WorkspacesRoot })
+	b := newHarnessOn(t, a.store, nil, func(c *Config) {
+		c.DataDir, c.WorkspacesRoot = a.cfg.DataDir, a.cfg.WorkspacesRoot
+		c.Kube, c.kubeRig = a.cfg.Kube, a.cfg.kubeRig // one cluster
+	})
 	if b.cfg.SandboxArea == a.cfg.SandboxArea || b.cfg.Sandbox.UIDBase == a.cfg.Sandbox.UIDBase {
 		t.Fatal("the two instances share a sandbox area or uids; the test needs them apart")
 	}
 	if err := b.app.TakeOver(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if syscall.Kill(pid, 0) != nil {
-		t.Fatal("the second instance's start killed the first one's shell")
+	// Not a wait: nothing is to happen, and this is the time a wrongly
+	// ended shell would take to show as gone.
+	time.Sleep(300 * time.Millisecond)
+	if !sandboxRuns(a, "sleep 997") {
+		t.Fatal("the second instance's start killed what the first one's shell started")
 	}
-	if loopOf(t, image) == "" {
+	if _, ended := mustTerminal(t, a, term.ID).ExitStatus(); ended {
+		t.Fatal("the second instance's start ended the first one's shell")
+	}
+	if onDisk && loopOf(t, image) == "" {
 		t.Fatal("the second instance's start took the first one's session disk away")
 	}
 	if now, err := a.app.Meter.Usage(t.Context(), id); err != nil || now.Reserved != held.Reserved || now.Used != held.Used {
@@ -70,7 +95,15 @@ func TestASecondInstanceLeavesTheFirstsWorkAlone(t *testing.T) {
 // at most what its shells wrote since.
 func TestRunningShellsAreCaptured(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	runningShellsAreCaptured(t, newHarness(t))
+}
+
+func TestRunningShellsAreCapturedInAPod(t *testing.T) {
+	needRoot(t)
+	runningShellsAreCaptured(t, newHarness(t, onKube(t)))
+}
+
+func runningShellsAreCaptured(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	term, res := owner.openTerminal(base)

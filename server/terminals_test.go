@@ -18,6 +18,7 @@ import (
 
 	"atelier/models"
 	"atelier/projects"
+	"atelier/terminal"
 	"atelier/testrig/wait"
 	"atelier/workbench"
 )
@@ -219,6 +220,16 @@ func shellPid(t *testing.T, h *harness, id string) int {
 		t.Fatalf("no shell process: %v", err)
 	}
 	return tm.Pid()
+}
+
+// mustTerminal is a terminal this instance runs.
+func mustTerminal(t *testing.T, h *harness, id string) *terminal.Terminal {
+	t.Helper()
+	tm, err := h.app.Terminals.Get(id)
+	if err != nil {
+		t.Fatalf("terminal %s: %v", id, err)
+	}
+	return tm
 }
 
 // waitClosed waits for a shell to end.
