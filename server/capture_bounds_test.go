@@ -140,13 +140,17 @@ func TestCaptureOfManyLargeFilesHoldsLittle(t *testing.T) {
 
 	before := liveHeap()
 	peaks := sampleServer(t)
+	// The command ends past the racy margin after its last write, so
+	// that its capture trusts every file it reads by its stat. Not a wait
+	// for an event: ctimes are stamped by the kernel's clock, which no
+	// test can move, and it is on that clock that the margin must pass.
 	out := owner.mustRun(base, `python3 -c '
 import os
 os.makedirs("big", exist_ok=True)
 for i in range(4000):
     with open("big/f%04d.txt" % i, "w") as f:
         f.write(("%04d" % i) * 65536)
-'`)
+' && sleep 1.1`)
 	heap, _ := peaks.stop()
 	if grew := heap - before; grew > 64<<20 {
 		t.Errorf("the capture grew the server's heap by %d MiB", grew>>20)
@@ -158,11 +162,6 @@ for i in range(4000):
 		t.Errorf("notes %q", out.Notes)
 	}
 
-	// Past the racy margin, the files read are trusted by their stat.
-	// Not a wait for an event: ctimes are stamped by the kernel's clock,
-	// which no test can move, and it is on that clock that the margin
-	// must pass.
-	time.Sleep(1100 * time.Millisecond)
 	read := readBytes(t)
 	again := owner.mustRun(base, "true")
 	if n := readBytes(t) - read; n > 16<<20 {
