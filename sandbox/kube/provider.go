@@ -37,6 +37,9 @@ type Provider struct {
 	open    OpenSessions
 	log     *slog.Logger
 	grace   time.Duration // helperGrace; a test's shorter
+	// knownMargin (the constant; a test's none, as no test moves a
+	// file's ctime back).
+	knownMargin time.Duration
 
 	mu   sync.Mutex
 	live map[string]*podWorkspace // by session id
@@ -56,6 +59,12 @@ type OpenSessions func(ctx context.Context, ids []string) (map[string]bool, erro
 type podWorkspace struct {
 	pod      string
 	manifest []byte // JSON lines of inpod.Entry, as unpack reported them
+	// known are the files whose content an earlier Changed delivered, as
+	// the pod's kernel reported them: the helper does not send it again
+	// while they stay as they were, as a local capture does not read
+	// again a file whose stat it knows. Only Changed, which the session's
+	// checkout lock serializes, uses it.
+	known map[string]inpod.Entry
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -72,6 +81,14 @@ const (
 	changesFileMax  = 262_144 + 1
 	changesBytesMax = 64 << 20
 	changesEntries  = 200_000
+	// knownMax bounds the files a workspace keeps as known (some 100
+	// bytes each); past it the rest are sent again each time.
+	knownMax = 100_000
+	// knownMargin is how long before the walk began a file must have
+	// last changed to be known: a write just after the helper read it
+	// could otherwise land in the same tick of the file system's clock,
+	// with the same ctime.
+	knownMargin = time.Second
 )
 
 // How long the server waits on a pod's helper: a command's own timeout
@@ -111,7 +128,7 @@ func New(cfg Config, rc *rest.Config, api dynamic.Interface, open OpenSessions, 
 func newProvider(cfg Config, api dynamic.Interface, exec *Exec, open OpenSessions, log *slog.Logger) *Provider {
 	ctx, stop := context.WithCancel(context.Background())
 	p := &Provider{cfg: cfg, cluster: newCluster(api, cfg), exec: exec, open: open, log: log,
-		live: map[string]*podWorkspace{}, stop: stop, grace: helperGrace}
+		live: map[string]*podWorkspace{}, stop: stop, grace: helperGrace, knownMargin: knownMargin}
 	p.loop.Go(func() { p.maintain(ctx) })
 	return p
 }
@@ -421,14 +438,23 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 	}
 	args := []string{"-root", p.cfg.Workspace, "-max-depth", strconv.Itoa(maxDepth),
 		"-max-entries", strconv.Itoa(changesEntries), "-max-file", strconv.Itoa(changesFileMax),
-		"-max-bytes", strconv.Itoa(changesBytesMax)}
-	// The manifest, then an empty line: a stream that cannot close the
-	// helper's input (WebSocket v4) still ends it.
-	manifest := io.MultiReader(bytes.NewReader(ws.manifest), strings.NewReader("\n"))
+		"-max-bytes", strconv.Itoa(changesBytesMax), "-known"}
+	// The manifest and the known files, each section ended by an empty
+	// line: a stream that cannot close the helper's input (WebSocket v4)
+	// still ends it.
+	var known bytes.Buffer
+	for _, e := range ws.known {
+		line, _ := json.Marshal(e)
+		known.Write(line)
+		known.WriteByte('\n')
+	}
+	input := io.MultiReader(bytes.NewReader(ws.manifest), strings.NewReader("\n"), &known, strings.NewReader("\n"))
 	var status inpod.ChangesStatus
 	var skipped string // a folder visit skipped: nothing below it is visited
 	stopped := errors.New("visit stopped")
-	err = p.frames(ctx, ws.pod, p.helper("changes", args...), helperWork, manifest, &status, func(kind byte, payload []byte, fr *inpod.FrameReader) error {
+	met := map[string]inpod.Entry{} // files whose content the server has: delivered now, or known before
+	var asked []string              // known files whose content a visit asked for
+	err = p.frames(ctx, ws.pod, p.helper("changes", args...), helperWork, input, &status, func(kind byte, payload []byte, fr *inpod.FrameReader) error {
 		if kind != inpod.FrameEntry {
 			return nil
 		}
@@ -447,6 +473,14 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 		if !ok {
 			return nil
 		}
+		if k, was := ws.known[e.Path]; (e.Content || was && sameFile(k, e)) && len(met) < knownMax {
+			met[e.Path] = e
+		}
+		if !e.Content {
+			look := entry.Look.(podLook)
+			look.asked = func() { asked = append(asked, e.Path) }
+			entry.Look = look
+		}
 		switch err := visit(entry); {
 		case errors.Is(err, fs.SkipDir):
 			skipped = e.Path
@@ -457,16 +491,52 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 		}
 		return nil
 	})
-	if errors.Is(err, stopped) {
-		return nil
-	}
-	if err != nil {
+	cut := errors.Is(err, stopped)
+	if err != nil && !cut {
 		return err
 	}
 	if status.Error != "" {
 		return fmt.Errorf("kube: changes in pod %s: %s", ws.pod, status.Error)
 	}
+	ws.known = knownAfter(ws.known, met, asked, cut, status.StartNs-p.knownMargin.Nanoseconds())
 	return nil
+}
+
+// knownAfter is what a workspace knows after a walk: the files met whose
+// content the server has, changed long enough before the walk began
+// (before trustBefore, on the pod's clock), less those whose content a
+// visit asked for (the next walk sends it). A walk cut short keeps what
+// it did not reach.
+func knownAfter(before, met map[string]inpod.Entry, asked []string, cut bool, trustBefore int64) map[string]inpod.Entry {
+	after := make(map[string]inpod.Entry, len(met))
+	if cut {
+		for p, e := range before {
+			after[p] = e
+		}
+	}
+	for p, e := range met {
+		if k, was := before[p]; was && sameFile(k, e) || e.CtimeNs < trustBefore {
+			after[p] = e
+		} else {
+			delete(after, p)
+		}
+	}
+	for _, p := range asked {
+		delete(after, p)
+	}
+	for p := range after {
+		if len(after) <= knownMax {
+			break
+		}
+		delete(after, p)
+	}
+	return after
+}
+
+// sameFile says whether two entries of regular files have one content,
+// as the helper judges it.
+func sameFile(a, b inpod.Entry) bool {
+	return a.Ino == b.Ino && a.CtimeNs == b.CtimeNs && a.Size == b.Size && a.Mode == b.Mode
 }
 
 // readContent reads the content frames that follow an entry with
@@ -512,6 +582,7 @@ func sandboxEntry(e inpod.Entry, content []byte) (sandbox.Entry, bool) {
 type podLook struct {
 	e       inpod.Entry
 	content []byte
+	asked   func() // a read of content that did not come
 }
 
 func (l podLook) Stat() (sandbox.FileStat, error) {
@@ -520,11 +591,15 @@ func (l podLook) Stat() (sandbox.FileStat, error) {
 }
 
 // ReadFile gives the content the helper sent. A file within the bound
-// whose content did not come (the walk's byte budget spent) is EAGAIN:
-// the capture passes over it, and the next one reads it.
+// whose content did not come (the walk's byte budget spent, or known from
+// an earlier walk) is EAGAIN: the capture passes over it, and the next
+// walk sends it.
 func (l podLook) ReadFile(buf []byte) (int, sandbox.FileStat, error) {
 	st, _ := l.Stat()
 	if !l.e.Content && l.e.Size < changesFileMax {
+		if l.asked != nil {
+			l.asked()
+		}
 		return 0, st, syscall.EAGAIN
 	}
 	return copy(buf, l.content), st, nil
@@ -586,15 +661,18 @@ func (p *Provider) forget(id string) {
 // its sessions' pods.
 func (p *Provider) EndProject(context.Context, int64) error { return nil }
 
-// Recover ends the processes that earlier instances left in the pods of
-// the sessions still open that they held (open), as a command that
-// outlived a crashed server; the next Prepare of each unpacks afresh.
+// Recover deletes the pods of the sessions still open whose instance is
+// gone (open: this instance's share of them). Nothing meters a pod past
+// its holder: the meter settles a gone instance's reservations as
+// abandoned, and a pod left running would run on unpaid. Nor could one
+// be used again as it is: the manifest of its workspace went with its
+// holder, so the next Prepare starts afresh in a new pod either way.
 // Pods of sessions no longer open go with the reaper, which asks the
-// database: open lists only this instance's share of the open sessions.
+// database.
 func (p *Provider) Recover(ctx context.Context, open []sandbox.Session) error {
 	var errs []error
 	for _, s := range open {
-		errs = append(errs, p.KillAll(ctx, s))
+		errs = append(errs, p.End(ctx, s))
 	}
 	if p.open != nil {
 		err := p.cluster.reap(ctx, p.open)

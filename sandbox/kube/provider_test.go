@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -198,6 +199,62 @@ func TestProviderThroughExec(t *testing.T) {
 	}
 }
 
+// What a walk delivered is not sent again while it stays as it was: the
+// next walk reports the file without its content. A visit that asks for
+// it anyway passes over it (EAGAIN), and the walk after sends it again;
+// a file changed since comes whole.
+func TestChangedSendsKnownContentOnce(t *testing.T) {
+	p, _, _ := newRigProvider(t, nil)
+	p.knownMargin = 0
+	ctx := execContext(t)
+	s := sandbox.Session{ID: "edit_known", ProjectID: 7}
+	if _, err := p.Prepare(ctx, s, tarBase{"base.txt": "base\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Run(ctx, s, sandbox.Command{Argv: sandbox.CommandArgv("echo one > one.txt; echo two > two.txt")}); err != nil {
+		t.Fatal(err)
+	}
+	// walk answers, per file changed, its content or the error reading
+	// it gave; read says which files a visit reads.
+	walk := func(read func(path string) bool) map[string]string {
+		got := map[string]string{}
+		err := p.Changed(ctx, s, 8, func(e sandbox.Entry) error {
+			if e.Kind != sandbox.KindFile || !read(e.Path) {
+				return nil
+			}
+			buf := make([]byte, 64)
+			n, _, err := e.Look.ReadFile(buf)
+			if err != nil {
+				got[e.Path] = err.Error()
+			} else {
+				got[e.Path] = string(buf[:n])
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	all := func(string) bool { return true }
+	if got := walk(all); got["one.txt"] != "one\n" || got["two.txt"] != "two\n" {
+		t.Fatalf("the first walk: %q", got)
+	}
+	// Only two.txt is read this time: one.txt stays known.
+	if got := walk(func(p string) bool { return p == "two.txt" }); got["two.txt"] != syscall.EAGAIN.Error() {
+		t.Fatalf("the second walk sent known content again: %q", got)
+	}
+	if _, err := p.Run(ctx, s, sandbox.Command{Argv: sandbox.CommandArgv("echo three > one.txt")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := walk(all); got["one.txt"] != "three\n" || got["two.txt"] != "two\n" {
+		t.Fatalf("after a change, and a read of what was known: %q", got)
+	}
+	if got := walk(all); got["one.txt"] != syscall.EAGAIN.Error() || got["two.txt"] != syscall.EAGAIN.Error() {
+		t.Fatalf("the last walk: %q", got)
+	}
+}
+
 // A pod's helper that answers nothing (the session's code stopped it; it
 // shares its user) holds the server no longer than the command's timeout
 // and a grace.
@@ -220,10 +277,10 @@ func TestASilentHelperTimesOut(t *testing.T) {
 	}
 }
 
-// Recover ends what earlier instances left in their sessions' pods and
-// deletes only the pods of sessions no longer open: the sessions it is
-// given are this instance's share, not all the open ones, and the pods of
-// sessions other instances hold stay.
+// Recover deletes the pods of the sessions it is given (their holder is
+// gone) and of sessions no longer open: the sessions it is given are this
+// instance's share, not all the open ones, and the pods of sessions other
+// instances hold stay.
 func TestRecoverLeavesOtherInstancesPods(t *testing.T) {
 	mine := sandbox.Session{ID: "edit_mine", ProjectID: 1}
 	theirs := sandbox.Session{ID: "edit_theirs", ProjectID: 1}
@@ -232,7 +289,7 @@ func TestRecoverLeavesOtherInstancesPods(t *testing.T) {
 		return map[string]bool{mine.ID: true, theirs.ID: true}, nil
 	})
 	ctx := execContext(t)
-	for _, s := range []sandbox.Session{theirs, closed} {
+	for _, s := range []sandbox.Session{mine, theirs, closed} {
 		if _, err := p.cluster.createSessionPod(ctx, s); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"time"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
@@ -28,6 +29,7 @@ type changesOptions struct {
 	root                 string
 	maxDepth, maxEntries int
 	maxFile, maxBytes    int64
+	known                bool
 }
 
 func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -39,6 +41,7 @@ func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	flags.IntVar(&o.maxEntries, "max-entries", 100000, "entries reported at most")
 	flags.Int64Var(&o.maxFile, "max-file", 1<<20, "bytes of one file's content sent at most")
 	flags.Int64Var(&o.maxBytes, "max-bytes", 64<<20, "bytes of content sent at most")
+	flags.BoolVar(&o.known, "known", false, "the manifest is followed by the files whose content the server has")
 	if err := flags.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadArgs, err)
 	}
@@ -50,8 +53,15 @@ func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	}
 	fw := newFrameWriter(stdout, false)
 	w := &walker{opt: o, fw: fw, budget: o.maxBytes, seen: map[string]bool{}, closed: map[string]bool{}}
+	w.st.StartNs = time.Now().UnixNano()
+	in := bufio.NewScanner(stdin)
+	in.Buffer(make([]byte, 64<<10), manifestLineMax)
 	var err error
-	if w.manifest, err = readManifest(stdin); err == nil {
+	w.manifest, err = readManifest(in)
+	if err == nil && o.known {
+		w.known, err = readManifest(in)
+	}
+	if err == nil {
 		err = w.walk()
 	}
 	if err != nil {
@@ -63,13 +73,12 @@ func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	return fw.flush()
 }
 
-// readManifest reads the server's manifest, JSON lines of Entry, up to
-// the end of the input or an empty line: a server that cannot close the
-// helper's input (Kubernetes exec over WebSocket v4) ends it so.
-func readManifest(r io.Reader) (map[string]Entry, error) {
+// readManifest reads a section of the server's input, JSON lines of
+// Entry, up to the end of the input or an empty line: a server that
+// cannot close the helper's input (Kubernetes exec over WebSocket v4)
+// ends it so.
+func readManifest(sc *bufio.Scanner) (map[string]Entry, error) {
 	m := make(map[string]Entry)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), manifestLineMax)
 	for sc.Scan() {
 		if len(sc.Bytes()) == 0 {
 			return m, nil
@@ -95,10 +104,11 @@ type walker struct {
 	opt      changesOptions
 	fw       *frameWriter
 	manifest map[string]Entry
-	seen     map[string]bool // manifest paths met
-	closed   map[string]bool // folders not entered: what the manifest has below them is unknown
-	buf      []byte          // a file's content
-	budget   int64           // bytes of content still to be sent
+	known    map[string]Entry // files whose content the server has: not sent again
+	seen     map[string]bool  // manifest paths met
+	closed   map[string]bool  // folders not entered: what the manifest has below them is unknown
+	buf      []byte           // a file's content
+	budget   int64            // bytes of content still to be sent
 	st       ChangesStatus
 }
 
@@ -198,6 +208,9 @@ func (w *walker) entry(dirfd int, dir, name string, depth int) error {
 // sends the content only when the file it read is regular and did not
 // change while it read it.
 func (w *walker) file(dirfd int, name string, e *Entry) error {
+	if k, ok := w.known[e.Path]; ok && sameFile(&k, e) {
+		return w.report(e, nil)
+	}
 	if e.Size > w.opt.maxFile || e.Size > w.budget {
 		return w.report(e, nil)
 	}
@@ -259,13 +272,19 @@ func (w *walker) changed(e *Entry) bool {
 	}
 	switch e.Kind {
 	case KindFile:
-		return m.Ino != e.Ino || m.CtimeNs != e.CtimeNs || m.Size != e.Size || m.Mode != e.Mode
+		return !sameFile(&m, e)
 	case KindDir:
 		return m.Mode != e.Mode
 	case KindLink:
 		return m.Target != e.Target
 	}
 	return m.Ino != e.Ino || m.CtimeNs != e.CtimeNs
+}
+
+// sameFile says whether two entries of regular files have one content:
+// the kernel sets ctime at every change, and the user cannot set it back.
+func sameFile(a, b *Entry) bool {
+	return a.Ino == b.Ino && a.CtimeNs == b.CtimeNs && a.Size == b.Size && a.Mode == b.Mode
 }
 
 // report sends e, then its content when content is not nil.

@@ -32,12 +32,22 @@ func base(t *testing.T, entries ...tarEntry) (string, []Entry) {
 // it does not end in time (a FIFO opened would block it).
 func changes(t *testing.T, root string, manifest []Entry, flags ...string) (*frames, ChangesStatus) {
 	t.Helper()
+	return changesOf(t, root, [][]Entry{manifest}, flags...)
+}
+
+// changesOf runs changes with sections of input, each ended by an empty
+// line.
+func changesOf(t *testing.T, root string, sections [][]Entry, flags ...string) (*frames, ChangesStatus) {
+	t.Helper()
 	var in bytes.Buffer
 	enc := json.NewEncoder(&in)
-	for _, e := range manifest {
-		if err := enc.Encode(e); err != nil {
-			t.Fatal(err)
+	for _, section := range sections {
+		for _, e := range section {
+			if err := enc.Encode(e); err != nil {
+				t.Fatal(err)
+			}
 		}
+		in.WriteByte('\n')
 	}
 	var out, errb bytes.Buffer
 	done := make(chan int, 1)
@@ -254,5 +264,35 @@ func TestChangesManifestEndsAtEmptyLine(t *testing.T) {
 	f.decodeStatus(t, &st)
 	if len(f.entries) != 0 || st.Error != "" {
 		t.Errorf("reported %+v, status %+v", f.entries, st)
+	}
+}
+
+// With -known, a file whose content the server has (the same inode,
+// ctime, size and mode) is reported without it; one changed since is sent
+// whole. The walk says when it began on the pod's clock.
+func TestChangesLeaveOutKnownContent(t *testing.T) {
+	root, manifest := base(t)
+	for _, name := range []string{"kept", "rewritten"} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, _ := changes(t, root, manifest)
+	first := byPath(t, f.entries)
+	known := []Entry{first["kept"], first["rewritten"]}
+	if err := os.WriteFile(filepath.Join(root, "rewritten"), []byte("again"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().UnixNano()
+	f, st := changesOf(t, root, [][]Entry{manifest, known}, "-known")
+	got := byPath(t, f.entries)
+	if e := got["kept"]; e.Kind != KindFile || e.Content || f.content["kept"] != nil {
+		t.Errorf("a known file came with its content: %+v", e)
+	}
+	if e := got["rewritten"]; !e.Content || string(f.content["rewritten"]) != "again" {
+		t.Errorf("a file changed since it was known: %+v %q", e, f.content["rewritten"])
+	}
+	if st.StartNs < before || st.StartNs > time.Now().UnixNano() {
+		t.Errorf("the walk began at %d, not between %d and now", st.StartNs, before)
 	}
 }

@@ -119,6 +119,10 @@ type UnpackStatus struct {
 type ChangesStatus struct {
 	Entries  int  `json:"entries"`  // entries reported
 	Overflow bool `json:"overflow"` // the walk stopped at -max-entries
+	// StartNs is the pod's clock as the walk began: a file whose ctime is
+	// a while before it cannot have changed within its ctime's tick
+	// after it was read.
+	StartNs int64 `json:"startNs"`
 	// Skipped counts entries whose names are not UTF-8, which JSON cannot
 	// carry: they are neither reported nor entered.
 	Skipped int    `json:"skipped,omitempty"`
