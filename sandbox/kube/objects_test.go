@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -34,7 +35,7 @@ func TestPodShape(t *testing.T) {
 	wantLabels := map[string]string{
 		labelManagedBy: "atelier", labelSession: sessionKey(s.ID), labelProject: "42", labelNetwork: "allow",
 	}
-	if !maps(p.Labels, wantLabels) {
+	if !maps.Equal(p.Labels, wantLabels) {
 		t.Errorf("labels %v, want %v", p.Labels, wantLabels)
 	}
 	if p.Annotations[annotationID] != s.ID || p.Namespace != cfg.Namespace {
@@ -112,18 +113,6 @@ func eq(i *int64) int64 {
 		return -1
 	}
 	return *i
-}
-
-func maps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func TestPodLimits(t *testing.T) {
@@ -280,8 +269,8 @@ func TestPolicies(t *testing.T) {
 
 	dns := allow.Spec.Egress[1]
 	if len(dns.To) != 1 || dns.To[0].IPBlock != nil ||
-		!maps(dns.To[0].NamespaceSelector.MatchLabels, map[string]string{"kubernetes.io/metadata.name": "kube-system"}) ||
-		!maps(dns.To[0].PodSelector.MatchLabels, map[string]string{"k8s-app": "kube-dns"}) {
+		!maps.Equal(dns.To[0].NamespaceSelector.MatchLabels, map[string]string{"kubernetes.io/metadata.name": "kube-system"}) ||
+		!maps.Equal(dns.To[0].PodSelector.MatchLabels, map[string]string{"k8s-app": "kube-dns"}) {
 		t.Errorf("DNS peer %+v", dns.To)
 	}
 	var ports []string

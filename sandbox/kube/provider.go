@@ -10,6 +10,8 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -442,8 +444,11 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 	// The manifest and the known files, each section ended by an empty
 	// line: a stream that cannot close the helper's input (WebSocket v4)
 	// still ends it.
+	// The known files go by number: the helper names each one unchanged
+	// by its line alone.
+	knownList := slices.Collect(maps.Values(ws.known))
 	var known bytes.Buffer
-	for _, e := range ws.known {
+	for _, e := range knownList {
 		line, _ := json.Marshal(e)
 		known.Write(line)
 		known.WriteByte('\n')
@@ -455,16 +460,26 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 	met := map[string]inpod.Entry{} // files whose content the server has: delivered now, or known before
 	var asked []string              // known files whose content a visit asked for
 	err = p.frames(ctx, ws.pod, p.helper("changes", args...), helperWork, input, &status, func(kind byte, payload []byte, fr *inpod.FrameReader) error {
-		if kind != inpod.FrameEntry {
-			return nil
-		}
 		var e inpod.Entry
-		if err := json.Unmarshal(payload, &e); err != nil {
-			return fmt.Errorf("a bad entry: %w", err)
-		}
-		content, err := readContent(fr, e)
-		if err != nil {
-			return err
+		var content []byte
+		switch kind {
+		case inpod.FrameEntry:
+			if err := json.Unmarshal(payload, &e); err != nil {
+				return fmt.Errorf("a bad entry: %w", err)
+			}
+			var err error
+			if content, err = readContent(fr, e); err != nil {
+				return err
+			}
+		case inpod.FrameKnown:
+			n, err := strconv.Atoi(string(payload))
+			if err != nil || n < 0 || n >= len(knownList) {
+				return fmt.Errorf("a known file of no line (%.20q)", payload)
+			}
+			e = knownList[n]
+			e.Content = false
+		default:
+			return nil
 		}
 		if skipped != "" && strings.HasPrefix(e.Path, skipped+"/") {
 			return nil

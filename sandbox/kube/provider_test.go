@@ -277,6 +277,35 @@ func TestASilentHelperTimesOut(t *testing.T) {
 	}
 }
 
+// A helper taken over that names known files the server never sent, or
+// sends content for a file that has none, fails the walk with an error:
+// nothing it says is taken on trust.
+func TestAHelperNamingNoKnownFileFails(t *testing.T) {
+	p, _, _ := newRigProvider(t, nil)
+	p.knownMargin = 0
+	ctx := execContext(t)
+	s := sandbox.Session{ID: "edit_lying", ProjectID: 7}
+	if _, err := p.Prepare(ctx, s, tarBase{"a.txt": "a\n"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, frames := range []string{
+		`printf 'k\000\000\000\00299'`,                    // no known file has line 99
+		`printf 'k\000\000\000\002-1'`,                    // nor line -1
+		`printf 'k\000\000\000\024999999999999999999999'`, // nor a number past int
+	} {
+		lying := filepath.Join(t.TempDir(), "lying")
+		script := "#!/bin/sh\n" + frames + "\nprintf 's\\000\\000\\000\\002{}'\n"
+		if err := os.WriteFile(lying, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p.cfg.Helper = lying
+		err := p.Changed(ctx, s, 8, func(sandbox.Entry) error { t.Fatal("a visit of a file the helper made up"); return nil })
+		if err == nil || !strings.Contains(err.Error(), "a known file of no line") {
+			t.Fatalf("%s: %v", frames, err)
+		}
+	}
+}
+
 // Recover deletes the pods of the sessions it is given (their holder is
 // gone) and of sessions no longer open: the sessions it is given are this
 // instance's share, not all the open ones, and the pods of sessions other

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -59,7 +60,7 @@ func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	var err error
 	w.manifest, err = readManifest(in)
 	if err == nil && o.known {
-		w.known, err = readManifest(in)
+		w.known, err = readKnown(in)
 	}
 	if err == nil {
 		err = w.walk()
@@ -97,6 +98,32 @@ func readManifest(sc *bufio.Scanner) (map[string]Entry, error) {
 	return m, nil
 }
 
+// knownFile is a line of the known section, and its number.
+type knownFile struct {
+	Entry
+	line int
+}
+
+// readKnown reads the known section: files whose content the server has,
+// by their number in it.
+func readKnown(sc *bufio.Scanner) (map[string]knownFile, error) {
+	m := make(map[string]knownFile)
+	for line := 0; sc.Scan(); line++ {
+		if len(sc.Bytes()) == 0 {
+			return m, nil
+		}
+		var e Entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("inpod: changes: read known files: %w", err)
+		}
+		m[e.Path] = knownFile{e, line}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("inpod: changes: read known files: %w", err)
+	}
+	return m, nil
+}
+
 // walker reports what differs between the tree and the manifest. It goes
 // through descriptors, one folder at a time, so that no link is followed
 // whatever the session's code swaps in meanwhile.
@@ -104,11 +131,11 @@ type walker struct {
 	opt      changesOptions
 	fw       *frameWriter
 	manifest map[string]Entry
-	known    map[string]Entry // files whose content the server has: not sent again
-	seen     map[string]bool  // manifest paths met
-	closed   map[string]bool  // folders not entered: what the manifest has below them is unknown
-	buf      []byte           // a file's content
-	budget   int64            // bytes of content still to be sent
+	known    map[string]knownFile // files whose content the server has: named by number
+	seen     map[string]bool      // manifest paths met
+	closed   map[string]bool      // folders not entered: what the manifest has below them is unknown
+	buf      []byte               // a file's content
+	budget   int64                // bytes of content still to be sent
 	st       ChangesStatus
 }
 
@@ -208,8 +235,8 @@ func (w *walker) entry(dirfd int, dir, name string, depth int) error {
 // sends the content only when the file it read is regular and did not
 // change while it read it.
 func (w *walker) file(dirfd int, name string, e *Entry) error {
-	if k, ok := w.known[e.Path]; ok && sameFile(&k, e) {
-		return w.report(e, nil)
+	if k, ok := w.known[e.Path]; ok && sameFile(&k.Entry, e) {
+		return w.reportKnown(k.line)
 	}
 	if e.Size > w.opt.maxFile || e.Size > w.budget {
 		return w.report(e, nil)
@@ -298,6 +325,15 @@ func (w *walker) report(e *Entry, content []byte) error {
 		return err
 	}
 	return w.fw.chunks(FrameContent, content)
+}
+
+// reportKnown says the file of line n of the known section is as it says.
+func (w *walker) reportKnown(n int) error {
+	if w.st.Entries >= w.opt.maxEntries {
+		return errOverflow
+	}
+	w.st.Entries++
+	return w.fw.frame(FrameKnown, strconv.AppendInt(nil, int64(n), 10))
 }
 
 // whiteouts reports the manifest's paths that are gone, but not those

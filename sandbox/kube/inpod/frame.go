@@ -16,7 +16,11 @@ const (
 	FrameStderr  byte = 'e' // a chunk of the command's stderr
 	FrameEntry   byte = 'f' // an Entry, as JSON
 	FrameContent byte = 'c' // a chunk of the content of the file of the Entry before it
-	FrameStatus  byte = 's' // the verb's final status, as JSON
+	// FrameKnown: the file of a line of the input's known section (its
+	// number from 0, in decimal) is as that line says; many files cost
+	// a few bytes each.
+	FrameKnown  byte = 'k'
+	FrameStatus byte = 's' // the verb's final status, as JSON
 )
 
 // MaxChunk is the most an output or content frame carries, so the server

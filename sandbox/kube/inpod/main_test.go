@@ -29,6 +29,7 @@ type frames struct {
 	stdoutN, stderrN int64
 	entries          []Entry
 	content          map[string][]byte // by the path of the entry before
+	known            []string          // the payloads of FrameKnown: lines of the known section
 	status           []byte
 }
 
@@ -70,6 +71,8 @@ func readFrames(t *testing.T, r io.Reader) *frames {
 			last = e.Path
 		case FrameContent:
 			f.content[last] = append(f.content[last], p...)
+		case FrameKnown:
+			f.known = append(f.known, string(p))
 		case FrameStatus:
 			f.status = bytes.Clone(p)
 		default:
