@@ -270,15 +270,7 @@ for d in range(100):
 // in the end every change is recorded exactly.
 func TestCaptureStopsAtItsBudget(t *testing.T) {
 	needRoot(t)
-	captureStopsAtItsBudget(t, newHarness(t, func(c *Config) { c.SandboxCaptureBudget = 200 * time.Millisecond }))
-}
-
-func TestCaptureStopsAtItsBudgetInAPod(t *testing.T) {
-	needRoot(t)
-	captureStopsAtItsBudget(t, newHarness(t, onKube(t), func(c *Config) { c.SandboxCaptureBudget = 200 * time.Millisecond }))
-}
-
-func captureStopsAtItsBudget(t *testing.T, h *harness) {
+	h := newHarness(t, func(c *Config) { c.SandboxCaptureBudget = 200 * time.Millisecond })
 	owner := h.user("owner", true)
 	id := owner.createProject("budget")
 	// 1,000 files of 256 KiB: touching them all copies 256 MiB into the

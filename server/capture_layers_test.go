@@ -40,7 +40,15 @@ func (c *client) mustRun(base, command string) commandJSON {
 // nothing, also after the changes.
 func TestCaptureOfALargeCheckoutIsExact(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	captureOfALargeCheckoutIsExact(t, newHarness(t))
+}
+
+func TestCaptureOfALargeCheckoutIsExactInAPod(t *testing.T) {
+	needRoot(t)
+	captureOfALargeCheckoutIsExact(t, newHarness(t, onKube(t)))
+}
+
+func captureOfALargeCheckoutIsExact(t *testing.T, h *harness) {
 	owner := h.user("owner", false)
 	id := owner.createProject("large")
 	var files []entry
@@ -118,7 +126,15 @@ rm -r d005 && mkdir d005 && for f in $(seq -w 0 99); do echo "5/$((10#$f))" > d0
 // never bring a byte from outside into the session's edits.
 func TestCaptureFromTheAttackersSide(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	captureFromTheAttackersSide(t, newHarness(t))
+}
+
+func TestCaptureFromTheAttackersSideInAPod(t *testing.T) {
+	needRoot(t)
+	captureFromTheAttackersSide(t, newHarness(t, onKube(t)))
+}
+
+func captureFromTheAttackersSide(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	s, base := owner.session(id)
 	secret := "host-secret-" + s.ID
@@ -162,7 +178,7 @@ true`, outside, rel))
 	if res.StatusCode != http.StatusCreated {
 		t.Fatalf("terminal: %d %s", res.StatusCode, readBody(res))
 	}
-	swap := fmt.Sprintf("cd /workspace; while :; do echo plain > s.new; mv -f s.new swap.txt; ln -sfn %s swap.txt; ln -sfn %s swap.txt; done &\n", outside, rel)
+	swap := fmt.Sprintf("cd %s; while :; do echo plain > s.new; mv -f s.new swap.txt; ln -sfn %s swap.txt; ln -sfn %s swap.txt; done &\n", h.workspace(), outside, rel)
 	if res := owner.input(base, term.ID, term.NextSeq, swap); res.StatusCode >= 300 {
 		t.Fatalf("input: %d %s", res.StatusCode, readBody(res))
 	}

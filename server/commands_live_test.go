@@ -262,7 +262,15 @@ func commandOutlivesItsRequest(t *testing.T, h *harness) {
 // account's 64 event streams.
 func TestCommandStreamsAreBounded(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	commandStreamsAreBounded(t, newHarness(t))
+}
+
+func TestCommandStreamsAreBoundedInAPod(t *testing.T) {
+	needRoot(t)
+	commandStreamsAreBounded(t, newHarness(t, onKube(t)))
+}
+
+func commandStreamsAreBounded(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	s, base := owner.session(id)
 	stream := base + "/commands/current/stream"

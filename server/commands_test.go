@@ -66,22 +66,43 @@ func hostCheckout(t *testing.T, h *harness, sessionID string) string {
 	return found[0]
 }
 
+// preparedCheckout is hostCheckout once the session has one; a pod's is
+// "" before it is made.
+func preparedCheckout(t *testing.T, h *harness, sessionID string) string {
+	t.Helper()
+	if h.cfg.Kube != nil {
+		return podFolder(t, h, sessionID)
+	}
+	return filepath.Join(h.cfg.SandboxDir(), sessionID, "checkout")
+}
+
 // Opening a session prepares its sandbox before any command: the
-// checkout, with the session's files, is on the host, unmetered, and the
-// first command runs in it.
+// checkout (or the pod), with the session's files, is there, unmetered,
+// and the first command runs in it.
 func TestOpeningPreparesTheSandbox(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	openingPreparesTheSandbox(t, newHarness(t))
+}
+
+func TestOpeningPreparesTheSandboxInAPod(t *testing.T) {
+	needRoot(t)
+	openingPreparesTheSandbox(t, newHarness(t, onKube(t)))
+}
+
+func openingPreparesTheSandbox(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	s, base := owner.session(id)
-	var found []string
+	var found string
 	if !wait.Until(wait.Long, func() bool {
-		found, _ = filepath.Glob(filepath.Join(h.cfg.SandboxDir(), s.ID, "checkout", "README.md"))
-		return len(found) == 1
+		if found = preparedCheckout(t, h, s.ID); found == "" {
+			return false
+		}
+		_, err := os.Stat(filepath.Join(found, "README.md"))
+		return err == nil
 	}) {
-		t.Fatal("no checkout on the host after opening the session")
+		t.Fatal("no checkout after opening the session")
 	}
-	if got, _ := os.ReadFile(found[0]); string(got) != "# Base\n" {
+	if got, _ := os.ReadFile(filepath.Join(found, "README.md")); string(got) != "# Base\n" {
 		t.Fatalf("the prepared checkout's README.md: %q", got)
 	}
 	usage, err := h.app.Meter.Usage(context.Background(), id)

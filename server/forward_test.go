@@ -247,13 +247,22 @@ func aSessionEndedElsewhereEndsWhereItRuns(t *testing.T, tweak ...func(*Config))
 // Once it finds itself declared gone, it ends its shells.
 func TestAnInstanceDeclaredGoneLetsItsSessionsGo(t *testing.T) {
 	needRoot(t)
-	a, b, viaA, sessionID, base := clusterOf(t)
+	anInstanceDeclaredGoneLetsItsSessionsGo(t)
+}
+
+func TestAnInstanceDeclaredGoneLetsItsSessionsGoInAPod(t *testing.T) {
+	needRoot(t)
+	anInstanceDeclaredGoneLetsItsSessionsGo(t, onKube(t))
+}
+
+func anInstanceDeclaredGoneLetsItsSessionsGo(t *testing.T, tweak ...func(*Config)) {
+	a, b, viaA, sessionID, base := clusterOf(t, tweak...)
 	viaB := b.signIn("owner")
 	term, res := viaA.openTerminal(base)
 	if res.StatusCode != http.StatusCreated {
 		t.Fatalf("terminal: %d %s", res.StatusCode, readBody(res))
 	}
-	shellPid(t, a, term.ID)
+	mustTerminal(t, a, term.ID)
 	answer := make(chan *http.Response, 1)
 	go func() {
 		_, res := viaA.run(base, "sleep 2; echo late > late.txt", "")

@@ -176,9 +176,20 @@ func rigPods(h *harness) dynamic.ResourceInterface {
 }
 
 // podCheckout is the folder on this host that the rig's pod of a session
-// sees at its workspace, found by the session id the pod is annotated
-// with (a pod claimed from the warm pool keeps its own name).
+// sees at its workspace.
 func podCheckout(t *testing.T, h *harness, sessionID string) string {
+	t.Helper()
+	dir := podFolder(t, h, sessionID)
+	if dir == "" {
+		t.Fatalf("no pod of session %s", sessionID)
+	}
+	return dir
+}
+
+// podFolder is podCheckout, or "" while the session has no pod. The pod
+// is found by the session id it is annotated with: one claimed from the
+// warm pool keeps its own name.
+func podFolder(t *testing.T, h *harness, sessionID string) string {
 	t.Helper()
 	list, err := rigPods(h).List(t.Context(), metav1.ListOptions{})
 	if err != nil {
@@ -189,7 +200,6 @@ func podCheckout(t *testing.T, h *harness, sessionID string) string {
 			return filepath.Join(filepath.Dir(h.cfg.Kube.Helper), "pods", pod.GetName())
 		}
 	}
-	t.Fatalf("no pod of session %s among %d", sessionID, len(list.Items))
 	return ""
 }
 

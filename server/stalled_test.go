@@ -264,7 +264,15 @@ func TestStalledReadersOfDashboard(t *testing.T) {
 // and the terminal takes a new viewer again.
 func TestStalledViewersOfTerminal(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	stalledViewersOfTerminal(t, newHarness(t))
+}
+
+func TestStalledViewersOfTerminalInAPod(t *testing.T) {
+	needRoot(t)
+	stalledViewersOfTerminal(t, newHarness(t, onKube(t)))
+}
+
+func stalledViewersOfTerminal(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	term, res := owner.openTerminal(base)

@@ -44,7 +44,15 @@ func expectRefusedStream(t *testing.T, res *http.Response) {
 // ninth is refused before streaming, with 429 too_many_streams.
 func TestStreamsPerTerminalAreBounded(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	streamsPerTerminalAreBounded(t, newHarness(t))
+}
+
+func TestStreamsPerTerminalAreBoundedInAPod(t *testing.T) {
+	needRoot(t)
+	streamsPerTerminalAreBounded(t, newHarness(t, onKube(t)))
+}
+
+func streamsPerTerminalAreBounded(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	term, res := owner.openTerminal(base)

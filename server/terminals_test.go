@@ -367,7 +367,15 @@ func terminalLifetime(t *testing.T, h *harness) {
 // closed on one instance gives its place to the other.
 func TestShellsPerAccountOnAllInstances(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	shellsPerAccountOnAllInstances(t, newHarness(t))
+}
+
+func TestShellsPerAccountOnAllInstancesInAPod(t *testing.T) {
+	needRoot(t)
+	shellsPerAccountOnAllInstances(t, newHarness(t, onKube(t)))
+}
+
+func shellsPerAccountOnAllInstances(t *testing.T, h *harness) {
 	ctx := context.Background()
 	// The second instance starts before anything runs: what a start does
 	// to another live instance's shells is not this test's matter.
