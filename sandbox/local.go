@@ -300,6 +300,10 @@ func (l *Local) Release(_ context.Context, s Session) error {
 	return ws.remove()
 }
 
+// Leave is End: what this host holds of a session is this instance's
+// alone.
+func (l *Local) Leave(ctx context.Context, s Session) error { return l.End(ctx, s) }
+
 // End kills the session's processes and removes its folder with its
 // checkout and home, and its disk; the project's cache is free for the
 // next session.

@@ -55,6 +55,11 @@ type Provider interface {
 	// End removes everything of the session: processes, workspace, home
 	// and disk.
 	End(ctx context.Context, s Session) error
+	// Leave drops what this instance keeps of a session that another
+	// instance may hold by now. A sandbox of this host's is this
+	// instance's alone and ends; one that every instance reaches (a
+	// pod) is the session's holder's, and stays.
+	Leave(ctx context.Context, s Session) error
 	// EndProject removes what the provider keeps for a deleted project
 	// (its cache).
 	EndProject(ctx context.Context, projectID int64) error
@@ -65,6 +70,14 @@ type Provider interface {
 	// Close takes down everything the provider runs, for a server that
 	// stops: the sessions stay open, and their next Prepare builds afresh.
 	Close(ctx context.Context) error
+}
+
+// SharedByInstances is implemented by a provider whose sandboxes every
+// instance reaches (a pod per session): ending "everything of a session"
+// there would end what another instance runs for it, so an instance that
+// lets its sessions go ends only its own commands.
+type SharedByInstances interface {
+	SharedByInstances()
 }
 
 // Session names one edit session's sandbox, or a Change's check, to its

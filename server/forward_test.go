@@ -297,4 +297,10 @@ func anInstanceDeclaredGoneLetsItsSessionsGo(t *testing.T, tweak ...func(*Config
 	if held := a.app.Runtime.HeldSessions(); len(held) != 0 {
 		t.Fatalf("a still holds %v after it was revived", held)
 	}
+	if a.cfg.Kube != nil && podFolder(t, a, sessionID) == "" {
+		t.Fatal("a, letting its sessions go, deleted the pod b runs the session in")
+	}
+	if out := viaB.mustRun(base, "cat b.txt"); out.Stdout != "b\n" {
+		t.Fatalf("b's session after a let it go: %+v", out)
+	}
 }

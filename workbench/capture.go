@@ -211,13 +211,8 @@ func (r *Runtime) capture(ctx context.Context, sess editsession.Identity, co *ch
 	// Only the instance holding the session's runtime turns its files into
 	// edits: one declared gone while a command ran here, whose claim
 	// another instance took since, must not overwrite what that one
-	// captures. The checkout here is then stale, and goes.
-	if err := r.db.ClaimSessionRuntime(ctx, sess.ID, r.sb.Instance); err != nil {
-		if errors.Is(err, models.ErrRuntimeElsewhere) {
-			if ferr := r.forget(ctx, sess.ID, co); ferr != nil {
-				r.log.Warn("a stale checkout of a session another instance took not removed", "session", sess.ID, "err", ferr)
-			}
-		}
+	// captures.
+	if err := r.holdRuntime(ctx, sess.ID, co); err != nil {
 		return nil, err
 	}
 	base, err := r.baseEntries(ctx, sess, co)
@@ -270,6 +265,19 @@ func (r *Runtime) capture(ctx context.Context, sess editsession.Identity, co *ch
 	r.log.Debug("capture", "session", sess.ID, "took", time.Since(began), "entries", c.entries, "read", c.filesRead,
 		"left", len(c.rep.left)+c.rep.more, "cut", c.rep.cut)
 	return &c.rep, nil
+}
+
+// holdRuntime claims the session's runtime for this instance, whose
+// checkout co is; when another instance holds it now, co is stale and
+// goes.
+func (r *Runtime) holdRuntime(ctx context.Context, sessionID string, co *checkout) error {
+	err := r.db.ClaimSessionRuntime(ctx, sessionID, r.sb.Instance)
+	if errors.Is(err, models.ErrRuntimeElsewhere) {
+		if ferr := r.forget(ctx, sessionID, co); ferr != nil {
+			r.log.Warn("a stale checkout of a session another instance took not removed", "session", sessionID, "err", ferr)
+		}
+	}
+	return err
 }
 
 // visit looks at one entry of the walk.

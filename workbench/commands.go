@@ -49,6 +49,10 @@ var ErrNoRunningCommand = fault.New(fault.Conflict, "no_running_command",
 // session's owner cancels it, told apart from a request that went away.
 var errCanceledByPerson = errors.New("workbench: command canceled by its session's owner")
 
+// errAbandoned is the cause of a command's end when its instance, declared
+// gone, lets its sessions go (Abandon).
+var errAbandoned = errors.New("workbench: command ended: this instance was declared gone")
+
 // CommandResult is what a command did, as the person sees it.
 type CommandResult struct {
 	ExitCode int `json:"exitCode"`
@@ -246,6 +250,12 @@ func (r *Runtime) runInCheckout(ctx context.Context, sess editsession.Identity, 
 		ctx = context.WithoutCancel(ctx)
 	}
 	if err != nil {
+		// The session another instance took over meanwhile ends what
+		// this one left running in a sandbox both reach (a pod): that,
+		// not the command's end, is the answer.
+		if herr := r.holdRuntime(context.WithoutCancel(ctx), sess.ID, co); errors.Is(herr, models.ErrRuntimeElsewhere) {
+			return nil, herr
+		}
 		return nil, err
 	}
 	report, err := r.capture(ctx, sess, co)

@@ -427,7 +427,15 @@ func (r *Runtime) killAll(ctx context.Context) (map[string]*checkout, []error) {
 // instance may run those sessions now. A command that was running ends
 // as stopped, and captures only if its session is still free to claim.
 func (r *Runtime) Abandon(ctx context.Context) error {
-	live, errs := r.killAll(ctx)
+	var live map[string]*checkout
+	var errs []error
+	if _, shared := r.sb.Provider.(sandbox.SharedByInstances); shared {
+		// The instance that holds the sessions now runs in the same
+		// sandboxes: only this one's commands end.
+		live = r.cancelAllCommands()
+	} else {
+		live, errs = r.killAll(ctx)
+	}
 	for id, co := range live {
 		unlock := r.checkouts.lock(id)
 		errs = append(errs, r.forget(ctx, id, co))
@@ -449,7 +457,22 @@ func (r *Runtime) forget(ctx context.Context, sessionID string, co *checkout) er
 	if !mine {
 		return nil
 	}
-	return r.sb.Provider.End(ctx, co.ref)
+	return r.sb.Provider.Leave(ctx, co.ref)
+}
+
+// cancelAllCommands cancels every command this instance runs, as their
+// sandboxes' runners stop them at a timeout, and answers the checkouts.
+func (r *Runtime) cancelAllCommands() map[string]*checkout {
+	r.commands.mu.Lock()
+	for c := range r.commands.all {
+		if c.cancel != nil {
+			c.cancel(errAbandoned)
+		}
+	}
+	r.commands.mu.Unlock()
+	r.checkouts.mu.Lock()
+	defer r.checkouts.mu.Unlock()
+	return maps.Clone(r.checkouts.live)
 }
 
 // HeldSessions answers the sessions with a checkout on this instance:
@@ -500,6 +523,12 @@ func (r *Runtime) captureIn(ctx context.Context, sessionID string, first func(*c
 		return err
 	}
 	if first != nil {
+		// Only the session's holder ends what runs in its sandbox: in one
+		// that every instance reaches (a pod), another instance's
+		// commands may run by now.
+		if err := r.holdRuntime(ctx, sessionID, co); err != nil {
+			return err
+		}
 		if err := first(co); err != nil {
 			return err
 		}

@@ -182,13 +182,14 @@ func (p *Provider) applyPolicies(ctx context.Context) error {
 	return nil
 }
 
-// podOf finds or makes session s's running pod: its own, one from the
-// warm pool, or a new one.
-func (p *Provider) podOf(ctx context.Context, s sandbox.Session) (string, error) {
+// podOf finds or makes session s's running pod: its own (existed), one
+// from the warm pool, or a new one.
+func (p *Provider) podOf(ctx context.Context, s sandbox.Session) (name string, existed bool, err error) {
 	if err := p.applyPolicies(ctx); err != nil {
-		return "", err
+		return "", false, err
 	}
 	pod, err := p.cluster.sessionPod(ctx, s.ID)
+	existed = err == nil
 	if errors.Is(err, ErrNoSessionPod) {
 		pod, err = p.cluster.claimWarm(ctx, s)
 		if errors.Is(err, ErrNoWarmPod) {
@@ -203,12 +204,12 @@ func (p *Provider) podOf(ctx context.Context, s sandbox.Session) (string, error)
 		}
 	}
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if pod, err = p.cluster.waitRunning(ctx, pod.Name); err != nil {
-		return "", err
+		return "", false, err
 	}
-	return pod.Name, nil
+	return pod.Name, existed, nil
 }
 
 // workspace is the session's prepared pod, or an error saying Prepare
@@ -223,8 +224,8 @@ func (p *Provider) workspace(s sandbox.Session) (*podWorkspace, error) {
 }
 
 // Prepare finds or starts the session's pod and, when this instance has
-// not written its workspace, empties it and unpacks base there, keeping
-// the manifest the pod's helper reports.
+// not written its workspace, ends what runs there, empties it and
+// unpacks base there, keeping the manifest the pod's helper reports.
 func (p *Provider) Prepare(ctx context.Context, s sandbox.Session, base sandbox.Base) (sandbox.Prepared, error) {
 	if ws, err := p.workspace(s); err == nil {
 		if pod, err := p.cluster.getPod(ctx, ws.pod); err == nil && pod.DeletionTimestamp == nil && !podEnded(pod) {
@@ -232,9 +233,17 @@ func (p *Provider) Prepare(ctx context.Context, s sandbox.Session, base sandbox.
 		}
 		p.forget(s.ID)
 	}
-	pod, err := p.podOf(ctx, s)
+	pod, existed, err := p.podOf(ctx, s)
 	if err != nil {
 		return sandbox.Prepared{}, err
+	}
+	// What an instance that held the session before left running in its
+	// pod (one declared gone lives on a while) ends before the workspace
+	// is written afresh: a late write of its would land in this one's.
+	if existed {
+		if err := p.killAllIn(ctx, pod); err != nil {
+			return sandbox.Prepared{}, err
+		}
 	}
 	tarball, wrote := io.Pipe()
 	go func() { wrote.CloseWithError(base.WriteTar(ctx, wrote)) }()
@@ -636,12 +645,17 @@ func (p *Provider) KillAll(ctx context.Context, s sandbox.Session) error {
 	if err != nil {
 		return err
 	}
+	return p.killAllIn(ctx, pod.Name)
+}
+
+// killAllIn ends every process in pod but its main one.
+func (p *Provider) killAllIn(ctx context.Context, pod string) error {
 	var status inpod.KillStatus
-	if err := p.frames(ctx, pod.Name, p.helper("killall"), p.grace, nil, &status, ignoreFrames); err != nil {
+	if err := p.frames(ctx, pod, p.helper("killall"), p.grace, nil, &status, ignoreFrames); err != nil {
 		return err
 	}
 	if status.Left > 0 {
-		return fmt.Errorf("%w: %d processes in pod %s", sandbox.ErrProcessesLeft, status.Left, pod.Name)
+		return fmt.Errorf("%w: %d processes in pod %s", sandbox.ErrProcessesLeft, status.Left, pod)
 	}
 	return nil
 }
@@ -671,6 +685,16 @@ func (p *Provider) forget(id string) {
 	delete(p.live, id)
 	p.mu.Unlock()
 }
+
+// Leave drops the manifest this instance keeps of the session; its pod
+// is the session's holder's, whichever instance that is now.
+func (p *Provider) Leave(_ context.Context, s sandbox.Session) error {
+	p.forget(s.ID)
+	return nil
+}
+
+// SharedByInstances: every instance reaches a session's pod.
+func (p *Provider) SharedByInstances() {}
 
 // EndProject does nothing: a project keeps nothing in the cluster but
 // its sessions' pods.
