@@ -468,7 +468,14 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 	stopped := errors.New("visit stopped")
 	met := map[string]inpod.Entry{} // files whose content the server has: delivered now, or known before
 	var asked []string              // known files whose content a visit asked for
+	entries := 0
 	err = p.frames(ctx, ws.pod, p.helper("changes", args...), helperWork, input, &status, func(kind byte, payload []byte, fr *inpod.FrameReader) error {
+		if kind == inpod.FrameEntry || kind == inpod.FrameKnown {
+			// The helper is told the bound; one taken over may ignore it.
+			if entries++; entries > changesEntries {
+				return fmt.Errorf("the helper sent more than %d entries", changesEntries)
+			}
+		}
 		var e inpod.Entry
 		var content []byte
 		switch kind {

@@ -277,16 +277,28 @@ func TestASilentHelperTimesOut(t *testing.T) {
 	}
 }
 
-// A helper taken over that names known files the server never sent, or
-// sends content for a file that has none, fails the walk with an error:
+// A helper taken over that sends more entries than its bound, or names
+// known files the server never sent, fails the walk with an error:
 // nothing it says is taken on trust.
-func TestAHelperNamingNoKnownFileFails(t *testing.T) {
+func TestAHelperTakenOverFailsTheWalk(t *testing.T) {
 	p, _, _ := newRigProvider(t, nil)
 	p.knownMargin = 0
 	ctx := execContext(t)
 	s := sandbox.Session{ID: "edit_lying", ProjectID: 7}
 	if _, err := p.Prepare(ctx, s, tarBase{"a.txt": "a\n"}); err != nil {
 		t.Fatal(err)
+	}
+	// Past the bound it was given, whatever each entry is.
+	many := filepath.Join(t.TempDir(), "many")
+	manyEntries := "#!/bin/sh\nexec python3 -c 'import sys; e=b\"{\\\"path\\\":\\\"x\\\",\\\"kind\\\":\\\"dir\\\",\\\"mode\\\":493}\"; f=b\"f\"+len(e).to_bytes(4,\"big\")+e; sys.stdout.buffer.write(f*200001)'\n"
+	if err := os.WriteFile(many, []byte(manyEntries), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p.cfg.Helper = many
+	visits := 0
+	err := p.Changed(ctx, s, 8, func(sandbox.Entry) error { visits++; return nil })
+	if err == nil || !strings.Contains(err.Error(), "more than 200000 entries") || visits != 200_000 {
+		t.Fatalf("a helper past its bound: %d visits, %v", visits, err)
 	}
 	for _, frames := range []string{
 		`printf 'k\000\000\000\00299'`,                    // no known file has line 99
