@@ -214,7 +214,16 @@ func (w *walker) entry(dirfd int, dir, name string, depth int) error {
 		return w.folder(child, rel, depth)
 	case KindLink:
 		target, err := readlinkat(dirfd, name)
-		if err != nil {
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			return nil // gone meanwhile
+		case errors.Is(err, unix.EINVAL):
+			// No longer a link: swapped while it was looked at. It is
+			// reported as what a capture leaves out, and the next walk
+			// sees what it has become.
+			e.Kind, e.Size, e.Mode = KindOther, 0, 0
+			return w.report(e, nil)
+		case err != nil:
 			return fmt.Errorf("inpod: changes: read link %q: %w", rel, err)
 		}
 		e.Target = target
