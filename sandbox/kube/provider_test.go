@@ -290,7 +290,7 @@ func TestAHelperTakenOverFailsTheWalk(t *testing.T) {
 	}
 	// Past the bound it was given, whatever each entry is.
 	many := filepath.Join(t.TempDir(), "many")
-	manyEntries := "#!/bin/sh\nexec python3 -c 'import sys; e=b\"{\\\"path\\\":\\\"x\\\",\\\"kind\\\":\\\"dir\\\",\\\"mode\\\":493}\"; f=b\"f\"+len(e).to_bytes(4,\"big\")+e; sys.stdout.buffer.write(f*200001)'\n"
+	manyEntries := "#!/bin/sh\nexec python3 -c 'import sys, time; e=b\"{\\\"path\\\":\\\"x\\\",\\\"kind\\\":\\\"dir\\\",\\\"mode\\\":493}\"; f=b\"f\"+len(e).to_bytes(4,\"big\")+e; sys.stdout.buffer.write(f*200001); sys.stdout.flush(); time.sleep(60)'\n"
 	if err := os.WriteFile(many, []byte(manyEntries), 0o755); err != nil {
 		t.Fatal(err)
 	}
