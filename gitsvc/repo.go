@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"atelier/fault"
 )
@@ -115,11 +116,31 @@ func (s *Service) RemoveRepo(ctx context.Context, name string) error {
 		os.Remove(trash)
 		return fmt.Errorf("gitsvc: remove %s: %w", name, err)
 	}
-	if err := os.RemoveAll(trash); err != nil {
-		return fmt.Errorf("gitsvc: remove %s: %w", name, err) // New sweeps what is left
+	// Once renamed, the repository is gone for everyone: what is left in
+	// the trash is disk space, not a failed removal. A process that still
+	// holds a folder of it (a reader that ran without the lock) can add
+	// files while they are deleted, so a failed pass is tried again, and
+	// what still stays is swept at the next start.
+	for attempt := 0; ; attempt++ {
+		err := os.RemoveAll(trash)
+		if err == nil {
+			break
+		}
+		if attempt == trashAttempts-1 {
+			s.log.Warn("gitsvc: remove: left for the next sweep", "repo", name, "err", err)
+			break
+		}
+		time.Sleep(trashRetry)
 	}
 	return nil
 }
+
+// A removal that a late writer defeats is tried trashAttempts times, a
+// pause apart.
+const (
+	trashAttempts = 5
+	trashRetry    = 20 * time.Millisecond
+)
 
 // OpenBare returns the managed bare repository name (a project's canonical
 // repository or a session's fork), or ErrNotFound. It starts no process and

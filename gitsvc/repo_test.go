@@ -2,9 +2,11 @@ package gitsvc
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -112,6 +114,74 @@ func TestCreateOpenRemoveCanonical(t *testing.T) {
 	if _, _, err := s.CreateCanonical(ctx, "proj"); err != nil {
 		t.Errorf("create after remove: %v", err)
 	}
+}
+
+// A process that ran without the lock (a reader of the fork, say) may
+// still hold a folder of a repository being removed and write into it. The
+// removal is done once the rename is: it must not fail over what such a
+// writer adds to the trash, and the next start sweeps what stays.
+func TestRemoveRepoDespiteALateWriter(t *testing.T) {
+	ctx := testContext(t)
+	s := newService(t)
+	r, _, err := s.CreateCanonical(ctx, "proj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects, err := os.OpenRoot(filepath.Join(r.GitDir, "objects"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer objects.Close()
+	stop, wrote := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				wrote <- n
+				return
+			default:
+			}
+			if f, err := objects.Create(fmt.Sprintf("late-%d", n)); err == nil {
+				f.Close()
+				n++
+			}
+		}
+	}()
+	for len(mustReadDir(t, filepath.Join(r.GitDir, "objects"))) < 100 {
+		runtime.Gosched()
+	}
+	err = s.RemoveRepo(ctx, "proj")
+	close(stop)
+	if n := <-wrote; n == 0 {
+		t.Fatal("the writer never wrote")
+	}
+	if err != nil {
+		t.Fatalf("RemoveRepo with a late writer: %v", err)
+	}
+	if _, err := s.OpenBare("proj"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("OpenBare after remove: %v, want ErrNotFound", err)
+	}
+	if _, _, err := s.CreateCanonical(ctx, "proj"); err != nil {
+		t.Errorf("create after remove: %v", err)
+	}
+	if _, err := New(Config{Root: s.root}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range mustReadDir(t, s.root) {
+		if strings.HasPrefix(e.Name(), trashPrefix) {
+			t.Errorf("the next start left %s", e.Name())
+		}
+	}
+}
+
+func mustReadDir(t *testing.T, dir string) []os.DirEntry {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entries
 }
 
 func TestRemoveRepoNeverLeavesRoot(t *testing.T) {
