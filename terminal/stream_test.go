@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -399,25 +400,49 @@ func TestStalledViewerIsDropped(t *testing.T) {
 // the pace: it gets 32 MiB of `yes` without waiting, far past what the
 // ring keeps. When the stopped one reads again, it gets what it had been
 // sent, then resync at the offset it had reached, and its stream ends.
+//
+// The pace is the viewer furthest ahead's, so the flood starts only once
+// the reading viewer is ahead of the stopped one and that one's write has
+// stalled: output comes in chunks smaller than the ring until then. (With
+// the flood at once, a loaded machine could run the stopped viewer ahead
+// before its socket filled, and the reading one fell off the ring.)
 func TestLaggingViewerIsDroppedWithResync(t *testing.T) {
+	const chunk = 256 << 10
 	m := newManager(t, Config{WriteTimeout: time.Minute})
-	term := openShell(t, m, "stty raw -echo; printf R; head -c1 >/dev/null; exec yes", Options{})
+	term := openShell(t, m, fmt.Sprintf(`stty raw -echo; printf R; while [ "$(head -c1)" = g ]; do head -c %d /dev/zero | tr '\0' y; done; exec yes`, chunk), Options{})
+	if chunk >= term.cfg.RingBytes {
+		t.Fatalf("a chunk of %d bytes must be less than the ring's %d", chunk, term.cfg.RingBytes)
+	}
 	srv := serve(t, term)
 	fast := dial(t, srv, "", "?from=0")
 	slow := dialTight(t, srv, "?from=0")
 	off := fast.ready("R")
 	slow.ready("R")
-	term.Input(1, []byte("g"))
 
-	// slow takes nothing more until the test reads it, so its socket
-	// fills at once and the server's write to it stalls.
-	for end := off + 32<<20; off < end; {
-		e := fast.next(5 * time.Second)
-		if !e.isOutput() {
-			t.Fatalf("the reading viewer got %s at %d", e.name, off)
+	readTo := func(end uint64) {
+		for off < end {
+			e := fast.next(5 * time.Second)
+			if !e.isOutput() {
+				t.Fatalf("the reading viewer got %s at %d", e.name, off)
+			}
+			off = e.offset(t)
 		}
-		off = e.offset(t)
 	}
+	seq := uint64(1)
+	for stalled := false; !stalled; seq++ {
+		if seq > 64 {
+			t.Fatalf("the stopped viewer still reads after %d chunks", seq-1)
+		}
+		term.Input(seq, []byte("g"))
+		readTo(off + chunk)
+		// Not a wait: stalled means the stopped viewer's stream stays
+		// behind the end for a while, and the while is what this checks.
+		behind := term.out.leastSeen()
+		time.Sleep(200 * time.Millisecond)
+		stalled = behind < off && term.out.leastSeen() == behind
+	}
+	term.Input(seq, []byte("y"))
+	readTo(off + 32<<20)
 
 	var reached uint64
 	for {
@@ -438,6 +463,17 @@ func TestLaggingViewerIsDroppedWithResync(t *testing.T) {
 		t.Fatal("the stream went on after resync")
 	}
 	wait.For(t, wait.Short, "the dropped viewer to detach", func() bool { return term.Viewers() == 1 })
+}
+
+// leastSeen is how far the viewer furthest behind has read the ring.
+func (o *Output) leastSeen() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	least := o.ring.end
+	for v := range o.viewers {
+		least = min(least, v.seen)
+	}
+	return least
 }
 
 // TestFloodWithoutViewerStaysInRing: nobody attached, so output keeps
