@@ -77,6 +77,9 @@ type App struct {
 	Changes *changes.Service
 	// Code is the code store: published trees, and their collector.
 	Code *codestore.Store
+	// objects is the object store under Code and the recordings; App.Close
+	// closes it once nothing here writes to it.
+	objects storage.ObjectStore
 
 	log      *slog.Logger
 	adapter  handlers.Adapter
@@ -292,6 +295,7 @@ func New(ctx context.Context, cfg Config, store *models.Store, log *slog.Logger,
 		toLocalHome = newLocalHome("", nil, store)
 	}
 	a := &App{
+		objects:      objects,
 		Auth:         authSvc,
 		Projects:     projectSvc,
 		EditSessions: sessionSvc,

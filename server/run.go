@@ -200,6 +200,9 @@ func (a *App) Close(ctx context.Context) error {
 	// them runs here; the bus goes last, once nothing here publishes.
 	err = errors.Join(err, a.Instances.Stop(ctx), a.Bus.Close())
 	a.followers.Wait()
+	if c, ok := a.objects.(io.Closer); ok {
+		err = errors.Join(err, c.Close())
+	}
 	if a.toPeers != nil {
 		a.toPeers.CloseIdleConnections()
 	}

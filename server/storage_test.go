@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"atelier/models"
+	"atelier/storage"
 	"atelier/testrig/miniotest"
 )
 
 // storeBackend is where a harness keeps its objects, and how much it
-// really holds there: the files under the local store's folder, or the
-// objects MinIO lists.
+// really holds there: the objects of the local store (its files and what
+// its packs hold live), or the objects MinIO lists.
 type storeBackend struct {
 	name  string
 	tweak func(t *testing.T) (func(*Config), func(t *testing.T, h *harness) int64)
@@ -26,7 +27,14 @@ type storeBackend struct {
 
 var storeBackends = []storeBackend{
 	{"Local", func(t *testing.T) (func(*Config), func(t *testing.T, h *harness) int64) {
-		return func(*Config) {}, func(t *testing.T, h *harness) int64 { return folderBytes(t, h.cfg.ObjectsDir()) }
+		return func(*Config) {}, func(t *testing.T, h *harness) int64 {
+			t.Helper()
+			n, err := h.app.objects.(*storage.Local).Usage(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
 	}},
 	{"MinIO", func(t *testing.T) (func(*Config), func(t *testing.T, h *harness) int64) {
 		srv := miniotest.Start(t)

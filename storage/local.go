@@ -35,8 +35,13 @@ import (
 // a kind and a hash, as Atelier's are, never meet this.
 //
 // Files are made 0600 and folders 0700: objects hold users' code.
+//
+// Objects of up to 1 MiB are appended to packs instead, files of many
+// objects each (pack.go tells how and why); a key is a file of its own or
+// in a pack, and Get looks in the packs first.
 type Local struct {
-	dir string
+	dir   string
+	packs *packs
 }
 
 // tempPattern names temporary files; '~' cannot appear in a key, so a
@@ -55,7 +60,21 @@ func NewLocal(dir string) (*Local, error) {
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("storage: local: %w", err)
 	}
-	return &Local{dir: abs}, nil
+	ps, err := openPacks(filepath.Join(abs, packFolder))
+	if err != nil {
+		return nil, fmt.Errorf("storage: local: %w", err)
+	}
+	return &Local{dir: abs, packs: ps}, nil
+}
+
+// Close seals the pack being written, so that the next NewLocal over the
+// folder reads its index instead of its records. The store must not be
+// used after.
+func (l *Local) Close() error {
+	if err := l.packs.close(); err != nil {
+		return fmt.Errorf("storage: local: close: %w", err)
+	}
+	return nil
 }
 
 // path returns the file of a key that CheckKey accepted.
@@ -76,6 +95,12 @@ func (l *Local) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("storage: get %s: %w", key, err)
+	}
+	if rc, ok, err := l.packs.open(key); ok {
+		if err != nil {
+			return nil, fmt.Errorf("storage: get %s: %w", key, err)
+		}
+		return rc, nil
 	}
 	f, err := os.Open(l.path(key))
 	if err != nil {
@@ -100,6 +125,9 @@ func (l *Local) Stat(ctx context.Context, key string) (int64, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("storage: stat %s: %w", key, err)
+	}
+	if loc, ok := l.packs.get(key); ok {
+		return loc.size, nil
 	}
 	fi, err := os.Stat(l.path(key))
 	if err == nil && !fi.Mode().IsRegular() {
@@ -148,10 +176,38 @@ func (l *Local) putKey(ctx context.Context, key string, r io.Reader, size int64,
 	if err := checkPut(ctx, size); err != nil {
 		return fmt.Errorf("storage: put %s: %w", key, err)
 	}
-	if err := l.put(ctx, l.path(key), r, size, durable); err != nil {
+	if err := l.putEither(ctx, key, r, size, durable); err != nil {
 		return fmt.Errorf("storage: put %s: %w", key, err)
 	}
 	return nil
+}
+
+// putEither packs an object of up to packObjectMax bytes and writes a
+// larger one to a file of its own; either way the other copy, if the key
+// had one, goes.
+func (l *Local) putEither(ctx context.Context, key string, r io.Reader, size int64, durable bool) error {
+	if size > packObjectMax {
+		if err := l.put(ctx, l.path(key), r, size, durable); err != nil {
+			return err
+		}
+		_, err := l.packs.forget(key)
+		return err
+	}
+	data := make([]byte, size)
+	exact := newExactReader(ctx, r, size)
+	if _, err := io.ReadFull(exact, data); err != nil {
+		return err
+	}
+	// Once all is read, the exact reader has seen r end, or says why not
+	// (a reader too long, or of an object of no bytes at all).
+	var one [1]byte
+	if _, err := exact.Read(one[:]); err != io.EOF {
+		return err
+	}
+	if err := l.packs.put(key, data, durable); err != nil {
+		return err
+	}
+	return removeFile(l.path(key))
 }
 
 // put writes path through a temporary file; durable syncs the file before
@@ -202,7 +258,18 @@ func (l *Local) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("storage: delete %s: %w", key, err)
 	}
-	path := l.path(key)
+	if _, err := l.packs.forget(key); err != nil {
+		return fmt.Errorf("storage: delete %s: %w", key, err)
+	}
+	if err := removeFile(l.path(key)); err != nil {
+		return fmt.Errorf("storage: delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// removeFile removes an object's file if there is one. It never removes a
+// folder, which a key's file name can be when another key lives below it.
+func removeFile(path string) error {
 	fi, err := os.Lstat(path)
 	if err == nil && fi.IsDir() {
 		return nil
@@ -211,7 +278,7 @@ func (l *Local) Delete(ctx context.Context, key string) error {
 		err = os.Remove(path)
 	}
 	if err != nil && !errors.Is(notExist(err), fs.ErrNotExist) {
-		return fmt.Errorf("storage: delete %s: %w", key, err)
+		return err
 	}
 	return nil
 }
@@ -235,4 +302,38 @@ func syncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// Usage is the bytes of the objects the store holds: what a deletion of
+// them all would free, less what packs hold dead until they are compacted
+// (pack.go). It walks every file of the folder.
+func (l *Local) Usage(ctx context.Context) (int64, error) {
+	n := l.packs.liveBytes()
+	err := filepath.WalkDir(l.dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path == l.packs.dir {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.Contains(d.Name(), "~") {
+			return nil // a Put's temporary file
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += fi.Size()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("storage: usage: %w", err)
+	}
+	return n, nil
 }

@@ -30,8 +30,12 @@ func newLocal(t *testing.T, dir string) *storage.Local {
 	return l
 }
 
+// large is an object too large for a pack: a file of its own.
+func large(key string) string { return key + strings.Repeat(".", 1<<20) }
+
 // The files are where Local's comment says, private, and nothing else is
-// there: no temporary file outlives a Put, failed or not.
+// there: no temporary file outlives a Put, failed or not. Small objects
+// are in the pack, not files of their own.
 func TestLocalLayout(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "objects") // NewLocal creates it
 	l := newLocal(t, dir)
@@ -43,16 +47,22 @@ func TestLocalLayout(t *testing.T) {
 		"a/b/cd":       "a/b/cd/cd",
 	}
 	for key := range objects {
-		if err := l.Put(ctx, key, strings.NewReader(key), int64(len(key))); err != nil {
+		if err := l.Put(ctx, key, strings.NewReader(large(key)), int64(len(large(key)))); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if err := l.Put(ctx, "blobs/small", strings.NewReader("small"), 5); err != nil {
+		t.Fatal(err)
+	}
 	// Failed Puts, which must leave nothing.
-	if err := l.Put(ctx, "blobs/3fb0", strings.NewReader("short"), 6); !errors.Is(err, storage.ErrSizeMismatch) {
+	if err := l.Put(ctx, "blobs/3fb0", strings.NewReader(large("short")), int64(len(large("short")))+1); !errors.Is(err, storage.ErrSizeMismatch) {
 		t.Fatalf("short Put: %v", err)
 	}
 	if err := l.Put(ctx, "blobs/3fa9c1", strings.NewReader("too long"), 3); !errors.Is(err, storage.ErrSizeMismatch) {
 		t.Fatalf("long Put over an object: %v", err)
+	}
+	if err := l.Put(ctx, "blobs/3fb1", strings.NewReader("short"), 6); !errors.Is(err, storage.ErrSizeMismatch) {
+		t.Fatalf("short small Put: %v", err)
 	}
 
 	got := map[string]string{}
@@ -84,16 +94,21 @@ func TestLocalLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{}
+	want := map[string]string{"~packs/lock": ""}
 	for key, file := range objects {
-		want[file] = key
+		want[file] = large(key)
+	}
+	pack := got["~packs/0.pack"]
+	delete(got, "~packs/0.pack")
+	if strings.Count(pack, "blobs/small") != 1 || strings.Contains(pack, "blobs/3fb1") {
+		t.Errorf("the pack holds %q, want the small object's record alone", pack)
 	}
 	if len(got) != len(want) {
-		t.Errorf("files under the store: %v, want %v", got, want)
+		t.Errorf("files under the store: %d, want %d", len(got), len(want))
 	}
 	for file, content := range want {
 		if got[file] != content {
-			t.Errorf("file %s holds %q, want %q", file, got[file], content)
+			t.Errorf("file %s holds %d bytes, want %d", file, len(got[file]), len(content))
 		}
 	}
 }
@@ -104,7 +119,7 @@ func TestLocalPutAfterFailure(t *testing.T) {
 	dir := t.TempDir()
 	l := newLocal(t, dir)
 	ctx := context.Background()
-	data := bytes.Repeat([]byte("z"), 100_000)
+	data := bytes.Repeat([]byte("z"), 2<<20)
 	if err := l.Put(ctx, "new/folder/zz", bytes.NewReader(data), int64(len(data))+1); !errors.Is(err, storage.ErrSizeMismatch) {
 		t.Fatalf("short Put: %v", err)
 	}
@@ -125,10 +140,10 @@ func TestLocalPutAfterFailure(t *testing.T) {
 func TestLocalKeyOverFolder(t *testing.T) {
 	l := newLocal(t, t.TempDir())
 	ctx := context.Background()
-	if err := l.Put(ctx, "k/ab/abc", strings.NewReader("below"), 5); err != nil {
+	if err := l.Put(ctx, "k/ab/abc", strings.NewReader(large("below")), int64(len(large("below")))); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Put(ctx, "k/ab", strings.NewReader("over"), 4); err == nil {
+	if err := l.Put(ctx, "k/ab", strings.NewReader(large("over")), int64(len(large("over")))); err == nil {
 		t.Error("Put of a key whose file is a folder succeeded")
 	}
 	if err := l.Delete(ctx, "k/ab"); err != nil {
