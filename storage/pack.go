@@ -545,7 +545,9 @@ func (ps *packs) startLocked() error {
 }
 
 // sealLocked flushes the current pack, writes its index and lets it go:
-// the next batched put starts a new one.
+// the next batched put starts a new one. It tidies nothing: it may run in
+// the middle of a compaction (a full pack), and a pack mostly dead is
+// tidied at its next deletion anyway.
 func (ps *packs) sealLocked() error {
 	p, f := ps.current, ps.file
 	if p == nil {
@@ -563,7 +565,7 @@ func (ps *packs) sealLocked() error {
 	}
 	f.Close()
 	ps.current, ps.file = nil, nil
-	return ps.tidy(p)
+	return nil
 }
 
 // setLocked makes loc key's copy; the record it had before is dead.
@@ -625,8 +627,8 @@ func (ps *packs) untidy(p *pack) bool {
 
 // tidyAlone removes p when nothing in it lives, and compacts it when half
 // its bytes or more are dead (but for the pack being written, which goes
-// only when all of it is dead). The store must hold the folder's lock exclusively, and
-// ps.mu (or ps is not yet shared).
+// only when all of it is dead). The store must hold the folder's lock
+// exclusively, and ps.mu (or ps is not yet shared).
 func (ps *packs) tidyAlone(p *pack) error {
 	if !ps.untidy(p) {
 		return nil
@@ -662,10 +664,14 @@ func (ps *packs) compactLocked(p *pack) error {
 		return err
 	}
 	defer f.Close()
+	var keys []string
 	for key, loc := range ps.index {
-		if loc.pack != p {
-			continue
+		if loc.pack == p {
+			keys = append(keys, key)
 		}
+	}
+	for _, key := range keys {
+		loc := ps.index[key]
 		rec := make([]byte, recordLen(key, loc.size))
 		if _, err := f.ReadAt(rec, loc.off-recordHead-int64(len(key))); err != nil {
 			return err
