@@ -65,6 +65,35 @@ func publishUntilKilled(dir string) {
 	}
 }
 
+// putPacked puts objects from to to (not included) in a batch.
+func putPacked(t *testing.T, l *storage.Local, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		body := packedBody(i)
+		if err := l.PutBatched(context.Background(), packedKey(i), bytes.NewReader(body), int64(len(body))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// wantPacked checks objects 0 to n: those below deleted are missing, the
+// others whole.
+func wantPacked(t *testing.T, l *storage.Local, n, deleted int, when string) {
+	t.Helper()
+	for i := range n {
+		got, err := getAll(t, l, packedKey(i))
+		if i < deleted {
+			if !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("deleted object %d %s: %v", i, when, err)
+			}
+			continue
+		}
+		if err != nil || !bytes.Equal(got, packedBody(i)) {
+			t.Fatalf("object %d %s: %d bytes, %v", i, when, len(got), err)
+		}
+	}
+}
+
 func getAll(t *testing.T, l *storage.Local, key string) ([]byte, error) {
 	t.Helper()
 	rc, err := l.Get(context.Background(), key)
@@ -194,12 +223,7 @@ func TestPackedDeletionsFreeTheDisk(t *testing.T) {
 	ctx := context.Background()
 	l := newLocal(t, dir)
 	const n = 1000
-	for i := range n {
-		body := packedBody(i)
-		if err := l.PutBatched(ctx, packedKey(i), bytes.NewReader(body), int64(len(body))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putPacked(t, l, 0, n)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -216,12 +240,7 @@ func TestPackedDeletionsFreeTheDisk(t *testing.T) {
 	}
 	l.Close()
 	l = newLocal(t, dir)
-	for i := range n {
-		_, err := getAll(t, l, packedKey(i))
-		if deleted := i < n/4; deleted != errors.Is(err, fs.ErrNotExist) {
-			t.Fatalf("object %d after a reopen: %v (deleted: %v)", i, err, deleted)
-		}
-	}
+	wantPacked(t, l, n, n/4, "after a reopen")
 	// Past half of its bytes dead, the pack is compacted: its live
 	// objects move to a new pack and it goes.
 	const deleted = n/2 + 50
@@ -236,12 +255,7 @@ func TestPackedDeletionsFreeTheDisk(t *testing.T) {
 	if size := folderSize(t, dir); size > full*55/100 {
 		t.Fatalf("the store takes %d bytes on disk for less than half its objects, %d for all of them", size, full)
 	}
-	for i := range n {
-		_, err := getAll(t, l, packedKey(i))
-		if gone := i < deleted; gone != errors.Is(err, fs.ErrNotExist) {
-			t.Fatalf("object %d after the compaction: %v (deleted: %v)", i, err, gone)
-		}
-	}
+	wantPacked(t, l, n, deleted, "after the compaction")
 	if used, err := l.Usage(ctx); err != nil || used != liveBytes(deleted, n) {
 		t.Fatalf("Usage = %d, %v; want %d", used, err, liveBytes(deleted, n))
 	}
@@ -285,24 +299,10 @@ func TestTwoStoresOverOneFolder(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	first := newLocal(t, dir)
-	for i := range 100 {
-		body := packedBody(i)
-		if err := first.PutBatched(ctx, packedKey(i), bytes.NewReader(body), int64(len(body))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putPacked(t, first, 0, 100)
 	second := newLocal(t, dir)
-	for i := 100; i < 200; i++ {
-		body := packedBody(i)
-		if err := second.PutBatched(ctx, packedKey(i), bytes.NewReader(body), int64(len(body))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 200 {
-		if got, err := getAll(t, second, packedKey(i)); err != nil || !bytes.Equal(got, packedBody(i)) {
-			t.Fatalf("object %d through the second store: %d bytes, %v", i, len(got), err)
-		}
-	}
+	putPacked(t, second, 100, 200)
+	wantPacked(t, second, 200, 0, "through the second store")
 	// Everything the first packed, deleted through the second: its pack
 	// stays while the first is open, whose reads still find the file.
 	for i := range 100 {
@@ -321,12 +321,7 @@ func TestTwoStoresOverOneFolder(t *testing.T) {
 	}
 	third := newLocal(t, dir)
 	defer third.Close()
-	for i := range 200 {
-		_, err := getAll(t, third, packedKey(i))
-		if deleted := i < 100; deleted != errors.Is(err, fs.ErrNotExist) {
-			t.Fatalf("object %d once both closed: %v (deleted: %v)", i, err, deleted)
-		}
-	}
+	wantPacked(t, third, 200, 100, "once both closed")
 	if got := packFiles(t, dir); strings.Join(got, " ") != "1.idx 1.pack" {
 		t.Fatalf("once alone, the store left %v, want the second's pack only", got)
 	}
@@ -338,19 +333,10 @@ func TestTwoStoresOverOneFolder(t *testing.T) {
 func TestCompactionKeepsWhatAnotherStoreAppended(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	put := func(l *storage.Local, from, to int) {
-		t.Helper()
-		for i := from; i < to; i++ {
-			body := packedBody(i)
-			if err := l.PutBatched(ctx, packedKey(i), bytes.NewReader(body), int64(len(body))); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	first := newLocal(t, dir)
-	put(first, 0, 100)
+	putPacked(t, first, 0, 100)
 	second := newLocal(t, dir) // knows objects 0 to 99 of the first's pack
-	put(first, 100, 200)
+	putPacked(t, first, 100, 200)
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -367,18 +353,7 @@ func TestCompactionKeepsWhatAnotherStoreAppended(t *testing.T) {
 	}
 	third := newLocal(t, dir)
 	defer third.Close()
-	for i := range 200 {
-		got, err := getAll(t, third, packedKey(i))
-		if i < deleted {
-			if !errors.Is(err, fs.ErrNotExist) {
-				t.Fatalf("deleted object %d: %v", i, err)
-			}
-			continue
-		}
-		if err != nil || !bytes.Equal(got, packedBody(i)) {
-			t.Fatalf("object %d, put by the first store after the second opened: %d bytes, %v", i, len(got), err)
-		}
-	}
+	wantPacked(t, third, 200, deleted, "once both closed (100 to 199 put by the first after the second opened)")
 	if got := packFiles(t, dir); slices.Contains(got, "0.pack") {
 		t.Fatalf("the half-dead pack was not compacted: %v", got)
 	}
