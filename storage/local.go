@@ -11,8 +11,6 @@ import (
 	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"atelier/internal/txwatch"
 )
 
@@ -68,8 +66,9 @@ func NewLocal(dir string) (*Local, error) {
 }
 
 // Close seals the pack being written, so that the next NewLocal over the
-// folder reads its index instead of its records. The store must not be
-// used after.
+// folder reads its index instead of its records; a second Close does
+// nothing. The store still reads after, and a batched put starts a pack
+// the next NewLocal reads record by record.
 func (l *Local) Close() error {
 	if err := l.packs.close(); err != nil {
 		return fmt.Errorf("storage: local: close: %w", err)
@@ -144,25 +143,24 @@ func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64) er
 	return l.putKey(ctx, key, r, size, true)
 }
 
-// PutBatched is Put without its two disk flushes: the object is whole or
-// absent to every reader, and durable once Sync returns.
+// PutBatched is Put without its disk flush for an object of up to 1 MiB:
+// the object is whole or absent to every reader, and durable once Sync
+// returns.
 func (l *Local) PutBatched(ctx context.Context, key string, r io.Reader, size int64) error {
 	return l.putKey(ctx, key, r, size, false)
 }
 
-// Sync makes every object written so far durable: one flush of the file
-// system that holds the store, instead of one per file and folder.
+// Sync makes every object written so far durable: one flush of the pack
+// being written. (Larger objects are flushed as they are put, batched or
+// not: they are few, and each is worth its flush.) Not a flush of the
+// whole file system, which would wait for whatever else was written to
+// it, a session's gigabytes included.
 func (l *Local) Sync(ctx context.Context) error {
 	txwatch.Slow(ctx, "object store sync")
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("storage: sync: %w", err)
 	}
-	d, err := os.Open(l.dir)
-	if err != nil {
-		return fmt.Errorf("storage: sync: %w", err)
-	}
-	defer d.Close()
-	if err := unix.Syncfs(int(d.Fd())); err != nil {
+	if err := l.packs.sync(); err != nil {
 		return fmt.Errorf("storage: sync %s: %w", l.dir, err)
 	}
 	return nil
@@ -183,11 +181,11 @@ func (l *Local) putKey(ctx context.Context, key string, r io.Reader, size int64,
 }
 
 // putEither packs an object of up to packObjectMax bytes and writes a
-// larger one to a file of its own; either way the other copy, if the key
-// had one, goes.
+// larger one to a file of its own, flushed whether durable or not; either
+// way the other copy, if the key had one, goes.
 func (l *Local) putEither(ctx context.Context, key string, r io.Reader, size int64, durable bool) error {
 	if size > packObjectMax {
-		if err := l.put(ctx, l.path(key), r, size, durable); err != nil {
+		if err := l.put(ctx, l.path(key), r, size, true); err != nil {
 			return err
 		}
 		_, err := l.packs.forget(key)

@@ -111,6 +111,7 @@ type packs struct {
 	all     map[uint64]*pack
 	current *pack    // nil until the first batched put of this process
 	file    *os.File // the current pack's, open for appending
+	dirty   bool     // records appended to it since its last flush
 	nextID  uint64
 }
 
@@ -480,7 +481,7 @@ func (ps *packs) put(key string, data []byte, durable bool) error {
 		return err
 	}
 	if durable {
-		if err := ps.file.Sync(); err != nil {
+		if err := ps.syncLocked(); err != nil {
 			ps.file.Truncate(off)
 			ps.current.end = off
 			return err
@@ -512,6 +513,7 @@ func (ps *packs) appendLocked(rec []byte) (int64, error) {
 	}
 	off := p.end
 	p.end += int64(len(rec))
+	ps.dirty = true
 	return off, nil
 }
 
@@ -564,7 +566,7 @@ func (ps *packs) sealLocked() error {
 		return err
 	}
 	f.Close()
-	ps.current, ps.file = nil, nil
+	ps.current, ps.file, ps.dirty = nil, nil, false
 	return nil
 }
 
@@ -609,8 +611,8 @@ func (ps *packs) tidy(p *pack) error {
 	if !ps.untidy(p) {
 		return nil // the usual case, without a system call
 	}
-	if setLock(ps.lock, unix.F_WRLCK, false) != nil {
-		return nil
+	if ps.lock == nil || setLock(ps.lock, unix.F_WRLCK, false) != nil {
+		return nil // closed, or another store is open
 	}
 	defer setLock(ps.lock, unix.F_RDLCK, false)
 	return ps.tidyAlone(p)
@@ -641,7 +643,7 @@ func (ps *packs) tidyAlone(p *pack) error {
 	}
 	if p == ps.current {
 		ps.file.Close()
-		ps.current, ps.file = nil, nil
+		ps.current, ps.file, ps.dirty = nil, nil, false
 	} else if p.dead < p.end {
 		if err := ps.compactLocked(p); err != nil {
 			return err
@@ -682,9 +684,25 @@ func (ps *packs) compactLocked(p *pack) error {
 		}
 		ps.index[key] = packed{pack: ps.current, off: off + recordHead + int64(len(key)), size: loc.size}
 	}
-	if ps.file != nil {
-		return ps.file.Sync()
+	return ps.syncLocked()
+}
+
+// sync flushes what was appended to the current pack since its last
+// flush (sealed packs were flushed as they were sealed).
+func (ps *packs) sync() error {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.syncLocked()
+}
+
+func (ps *packs) syncLocked() error {
+	if ps.file == nil || !ps.dirty {
+		return nil
 	}
+	if err := ps.file.Sync(); err != nil {
+		return err
+	}
+	ps.dirty = false
 	return nil
 }
 
@@ -704,9 +722,13 @@ func (ps *packs) liveBytes() int64 {
 func (ps *packs) close() error {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	if ps.lock == nil {
+		return nil // closed already
+	}
 	err := ps.sealLocked()
 	if cerr := ps.lock.Close(); err == nil {
 		err = cerr
 	}
+	ps.lock = nil
 	return err
 }

@@ -28,10 +28,18 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
 )
 
 func main() {
 	serveFloorWhenAsked()
+	// The kube rows' streaming server (testrig/kubeexec) logs each exec
+	// connection its stop closes, a screenful after the table; what fails
+	// reaches the bench through the executor. Set before anything runs:
+	// klog's logger is the process's.
+	klog.SetLogger(logr.Discard())
 	short := flag.Bool("short", false, "small sizes and 1 round, to check that every row still measures (CI)")
 	rounds := flag.Int("rounds", 0, "rounds of every measure, the median printed (default 3, or 1 with -short)")
 	ttydSrc := flag.String("ttyd-src", os.Getenv(ttydSrcEnv), "ttyd's source folder, built into the user's cache folder when ttyd is not on PATH (default $"+ttydSrcEnv+")")

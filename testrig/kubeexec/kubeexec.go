@@ -20,11 +20,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-streaming/pkg/streaming"
-	"k8s.io/klog/v2"
 )
 
 // streamPrefix is where the streaming server believes it is mounted. Only
@@ -50,10 +48,6 @@ func Serve(t testing.TB, rt streaming.Runtime) *rest.Config {
 // Start is Serve for a caller that is not a test (the bench): stop closes
 // the server and ends the streams still running.
 func Start(rt streaming.Runtime) (cfg *rest.Config, stop func(), err error) {
-	// The streaming code logs each stream whose connection the stop
-	// closes, a screenful of errors after a bench: the rig's users learn
-	// what went wrong from the executor instead.
-	klog.SetLogger(logr.Discard())
 	srv := httptest.NewUnstartedServer(nil)
 	sc := streaming.DefaultConfig
 	sc.Addr = srv.Listener.Addr().String()
