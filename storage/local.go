@@ -14,14 +14,16 @@ import (
 	"atelier/internal/txwatch"
 )
 
-// Local keeps objects as files under a folder, by default <data>/objects.
+// Local keeps objects under a folder, by default <data>/objects: those of
+// up to 1 MiB in packs, files of many objects each (pack.go tells how and
+// why), larger ones as files of their own. Get looks in the packs first.
 //
 // A key's last segment is fanned out by its first two characters, as git
 // does, so that millions of blobs do not share one folder: "blobs/3fa9c1..."
 // is the file <dir>/blobs/3f/3fa9c1... (a one-character segment "x" gives
 // x/x). The other segments are folders of the same names.
 //
-// A Put writes a temporary file next to the object's, whose name holds a '~'
+// A Put of a large object writes a temporary file next to the object's, whose name holds a '~'
 // that no key can hold, syncs it, renames it over the object's name and
 // syncs the folder: an object is either absent or whole, even after a crash.
 // A crash can leave such a temporary file behind; it is never visible as an
@@ -33,10 +35,6 @@ import (
 // a kind and a hash, as Atelier's are, never meet this.
 //
 // Files are made 0600 and folders 0700: objects hold users' code.
-//
-// Objects of up to 1 MiB are appended to packs instead, files of many
-// objects each (pack.go tells how and why); a key is a file of its own or
-// in a pack, and Get looks in the packs first.
 type Local struct {
 	dir   string
 	packs *packs
@@ -185,7 +183,7 @@ func (l *Local) putKey(ctx context.Context, key string, r io.Reader, size int64,
 // way the other copy, if the key had one, goes.
 func (l *Local) putEither(ctx context.Context, key string, r io.Reader, size int64, durable bool) error {
 	if size > packObjectMax {
-		if err := l.put(ctx, l.path(key), r, size, true); err != nil {
+		if err := l.putFile(ctx, l.path(key), r, size); err != nil {
 			return err
 		}
 		_, err := l.packs.forget(key)
@@ -208,9 +206,9 @@ func (l *Local) putEither(ctx context.Context, key string, r io.Reader, size int
 	return removeFile(l.path(key))
 }
 
-// put writes path through a temporary file; durable syncs the file before
-// the rename and the folder after it.
-func (l *Local) put(ctx context.Context, path string, r io.Reader, size int64, durable bool) (err error) {
+// putFile writes path through a temporary file, synced before the rename,
+// and syncs the folder after it.
+func (l *Local) putFile(ctx context.Context, path string, r io.Reader, size int64) (err error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -228,19 +226,14 @@ func (l *Local) put(ctx context.Context, path string, r io.Reader, size int64, d
 	if _, err := io.Copy(f, newExactReader(ctx, r, size)); err != nil {
 		return err
 	}
-	if durable {
-		if err := f.Sync(); err != nil {
-			return err
-		}
+	if err := f.Sync(); err != nil {
+		return err
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
 		return err
-	}
-	if !durable {
-		return nil
 	}
 	// The rename is durable only once the folder that holds it is synced.
 	return syncDir(dir)
