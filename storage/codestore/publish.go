@@ -259,19 +259,23 @@ func (s *Store) putSmallBlobs(ctx context.Context, r *gitsvc.Repo, shas []string
 	}
 	defer batch.Close()
 	up := newUploader(ctx, s.objects, s.db, deadline)
-	for _, sha := range shas {
-		_, data, err := batch.Read(sha)
-		if err != nil {
-			return up.abort(fmt.Errorf("codestore: blob %s: %w", sha, err))
-		}
-		if !up.put(blobKey(sha), int64(len(data)), bytesOf(data)) {
-			break
+	err = batch.ReadEach(shas, func(i int, _ string, data []byte) error {
+		if !up.put(blobKey(shas[i]), int64(len(data)), bytesOf(data)) {
+			return errUploadStopped
 		}
 		st.Blobs++
 		st.Bytes += int64(len(data))
+		return nil
+	})
+	if err != nil && !errors.Is(err, errUploadStopped) {
+		return up.abort(fmt.Errorf("codestore: blobs: %w", err))
 	}
 	return up.wait()
 }
+
+// errUploadStopped ends a reading of blobs once the uploader has stopped
+// (a failed upload, or the deadline): up.wait says why.
+var errUploadStopped = errors.New("codestore: the uploads stopped")
 
 // treeInfo is one distinct tree of a commit.
 type treeInfo struct {
