@@ -78,11 +78,8 @@ func (s *Service) OpenBatch(ctx context.Context, r *Repo) (*Batch, error) {
 // object is ErrNotFound and leaves the Batch usable; any other failure
 // leaves it broken. Read is safe for concurrent use, one object at a time.
 func (b *Batch) Read(name string) (objType string, data []byte, err error) {
-	if err := checkValue(name); err != nil {
+	if err := checkObjectName(name); err != nil {
 		return "", nil, err
-	}
-	if strings.ContainsAny(name, "\n") {
-		return "", nil, fault.Detailf(ErrBadArgument, ": object name holds a newline")
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -110,6 +107,18 @@ func (b *Batch) Read(name string) (objType string, data []byte, err error) {
 		return "", nil, b.err
 	}
 	return objType, data, err
+}
+
+// checkObjectName refuses a name cat-file would read as something else:
+// one line of its input per object.
+func checkObjectName(name string) error {
+	if err := checkValue(name); err != nil {
+		return err
+	}
+	if strings.ContainsAny(name, "\n") {
+		return fault.Detailf(ErrBadArgument, ": object name holds a newline")
+	}
+	return nil
 }
 
 func (b *Batch) read(name string) (string, []byte, error) {
@@ -149,11 +158,8 @@ func (b *Batch) readAnswer(name string) (string, []byte, error) {
 // are on their way.
 func (b *Batch) ReadEach(names []string, each func(i int, objType string, data []byte) error) error {
 	for _, name := range names {
-		if err := checkValue(name); err != nil {
+		if err := checkObjectName(name); err != nil {
 			return err
-		}
-		if strings.ContainsAny(name, "\n") {
-			return fault.Detailf(ErrBadArgument, ": object name holds a newline")
 		}
 	}
 	b.mu.Lock()
