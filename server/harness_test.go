@@ -67,7 +67,8 @@ type harness struct {
 	srv   *httptest.Server
 	clock *clock
 	logs  *logBuffer // the server's log, every level
-	// statements counts what the server sends to PostgreSQL.
+	// statements counts what the server sends to PostgreSQL, and
+	// (RequestSQL) what it sends for the requests the tests make.
 	statements *dbtest.Statements
 }
 
@@ -198,7 +199,11 @@ func newHarnessOn(t *testing.T, store *models.Store, statements *dbtest.Statemen
 		}
 	})
 	// Connections are prepared as the real server prepares them.
-	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: app.Handler, ConnContext: connContext}}
+	handler := app.Handler
+	if statements != nil {
+		handler = statements.Attribute(handler)
+	}
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: handler, ConnContext: connContext}}
 	srv.Start()
 	t.Cleanup(srv.Close)
 	t.Cleanup(app.Events.Close)

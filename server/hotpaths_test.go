@@ -26,7 +26,7 @@ func TestHotPathRoundTrips(t *testing.T) {
 	}
 
 	const keys = 200
-	sql, control := h.statements.SQL(), h.statements.Control()
+	sql, control := h.statements.RequestSQL(), h.statements.Control()
 	for i := range keys {
 		res := owner.input(base, term.ID, uint64(i+1), "x")
 		if res.StatusCode != http.StatusOK || res.Header.Get("X-Session-Idle-Deadline") == "" {
@@ -34,17 +34,17 @@ func TestHotPathRoundTrips(t *testing.T) {
 		}
 		res.Body.Close()
 	}
-	perKey := float64(h.statements.SQL()-sql) / keys
+	perKey := float64(h.statements.RequestSQL()-sql) / keys
 	t.Logf("a keystroke: %.2f statements, %.2f BEGIN/COMMIT", perKey, float64(h.statements.Control()-control)/keys)
 	if perKey > 1 {
 		t.Errorf("a keystroke costs %.2f database round trips on average, want at most 1", perKey)
 	}
 	resize := url.Values{"cols": {"90"}, "rows": {"30"}}
-	sql = h.statements.SQL()
+	sql = h.statements.RequestSQL()
 	if res := owner.post(base+"/terminals/"+term.ID+"/resize", resize, header{"X-CSRF-Token": owner.csrf}); res.StatusCode != http.StatusNoContent {
 		t.Fatalf("resize: %d", res.StatusCode)
 	}
-	if n := h.statements.SQL() - sql; n > 1 {
+	if n := h.statements.RequestSQL() - sql; n > 1 {
 		t.Errorf("a resize costs %d round trips, want at most 1", n)
 	}
 
@@ -58,7 +58,7 @@ func TestHotPathRoundTrips(t *testing.T) {
 			if path == "src/main.go" {
 				hdr["If-Match"] = etag
 			}
-			sql, control := h.statements.SQL(), h.statements.Control()
+			sql, control := h.statements.RequestSQL(), h.statements.Control()
 			res := owner.put(base, path, fmt.Appendf(nil, "package main // %d\n", i), hdr)
 			if res.StatusCode != http.StatusNoContent {
 				t.Fatalf("save %s: %d %s", path, res.StatusCode, readBody(res))
@@ -66,7 +66,7 @@ func TestHotPathRoundTrips(t *testing.T) {
 			if path == "src/main.go" {
 				etag = res.Header.Get("ETag")
 			}
-			n := h.statements.SQL() - sql
+			n := h.statements.RequestSQL() - sql
 			if i == 0 {
 				t.Logf("a save of %s: %d statements, %d BEGIN/COMMIT", path, n, h.statements.Control()-control)
 			}

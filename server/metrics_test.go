@@ -106,7 +106,7 @@ func TestMetricsAreForSiteAdminsAndTheTokenOnly(t *testing.T) {
 			if tc.authorization != "" {
 				hdr["Authorization"] = tc.authorization
 			}
-			before := h.statements.SQL()
+			before := h.statements.RequestSQL()
 			res := tc.as.get("/metrics", hdr)
 			if tc.want == http.StatusOK {
 				body := readBody(res)
@@ -118,7 +118,7 @@ func TestMetricsAreForSiteAdminsAndTheTokenOnly(t *testing.T) {
 			expectProblem(t, res, tc.want, "not_found")
 			// Refused before anything is gathered: no query for a token,
 			// only the sign-in lookup for a cookie.
-			sent := h.statements.SQL() - before
+			sent := h.statements.RequestSQL() - before
 			if tc.as == anonymous && sent != 0 || tc.as != anonymous && tc.authorization != "" && sent != 0 {
 				t.Fatalf("a refused scrape sent %d statements to PostgreSQL", sent)
 			}

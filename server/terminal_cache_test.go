@@ -45,12 +45,12 @@ func TestTerminalRequestsSkipTheDatabase(t *testing.T) {
 	}
 	_, last := dev.streamUntil(t, stream, "warm-2")
 
-	sql := h.statements.SQL()
+	sql := h.statements.RequestSQL()
 	if res := dev.input(base, term.ID, 2, "echo hot-$((2+2))\r"); res.StatusCode != http.StatusOK {
 		t.Fatalf("warm key: %d %s", res.StatusCode, readBody(res))
 	}
 	_, last = dev.streamUntil(t, stream+"?from="+last, "hot-4")
-	if n := h.statements.SQL() - sql; n != 0 {
+	if n := h.statements.RequestSQL() - sql; n != 0 {
 		t.Errorf("a warm keystroke and stream resume cost %d queries, want 0", n)
 	}
 

@@ -5,6 +5,7 @@ package dbtest
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,13 +49,32 @@ func Store(t testing.TB) *models.Store {
 
 // Statements counts what a Store sends to PostgreSQL, each statement a
 // round trip: SQL statements apart from transaction control (BEGIN,
-// COMMIT, ROLLBACK), which it counts on its own.
+// COMMIT, ROLLBACK), which it counts on its own, and apart from both the
+// statements sent on behalf of HTTP requests (Attribute).
 type Statements struct {
-	sql, control atomic.Int64
+	sql, control, requests atomic.Int64
 }
 
 // SQL is how many statements other than transaction control ran.
 func (s *Statements) SQL() int64 { return s.sql.Load() }
+
+// RequestSQL is how many statements other than transaction control ran
+// under the context of a request that came through Attribute: what
+// requests cost, without what a server does in the background meanwhile
+// (heartbeats, warm-ups, events), which a test cannot time.
+func (s *Statements) RequestSQL() int64 { return s.requests.Load() }
+
+// requestMark marks a context as a request's, for RequestSQL.
+type requestMark struct{}
+
+// Attribute passes every request to next with its context marked, so the
+// statements sent under it (or a context derived from it) count in
+// RequestSQL.
+func (s *Statements) Attribute(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestMark{}, true)))
+	})
+}
 
 // Control is how many BEGIN, COMMIT and ROLLBACK ran.
 func (s *Statements) Control() int64 { return s.control.Load() }
@@ -68,6 +88,9 @@ func (s *Statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tra
 		s.control.Add(1)
 	default:
 		s.sql.Add(1)
+		if ctx.Value(requestMark{}) != nil {
+			s.requests.Add(1)
+		}
 	}
 	return ctx
 }
