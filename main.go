@@ -20,8 +20,6 @@ import (
 	"atelier/events"
 	"atelier/migrations"
 	"atelier/models"
-	"atelier/sandbox"
-	"atelier/sandbox/kube/inpod"
 	"atelier/server"
 )
 
@@ -37,13 +35,9 @@ const usage = `usage:
                                 end their sign-ins (also a lost admin's way back)`
 
 func main() {
-	// The sandbox pod's helper needs none of the server's set-up below.
-	if len(os.Args) > 1 && os.Args[1] == "sandbox-pod" {
-		os.Exit(inpod.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
-	}
-	// A sandboxed command starts as a copy of this binary that prepares
-	// itself and becomes the command; it must not get past this line.
-	sandbox.Init()
+	// The sandbox's helpers (a jail's, a pod's) are this binary too: they
+	// run from the init of their packages (sandbox/injail, inpod) and
+	// never get here.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))

@@ -18,14 +18,12 @@ import (
 	"testing"
 	"time"
 
-	"atelier/sandbox"
 	"atelier/testrig/liveserver"
 	"atelier/testrig/pgtest"
 	"atelier/testrig/wait"
 )
 
 func TestMain(m *testing.M) {
-	sandbox.Init()
 	pgtest.Main(m)
 }
 

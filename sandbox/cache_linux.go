@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/sandbox/injail"
 )
 
 // A project's cache is what its tools keep between builds (Go's build and
@@ -38,11 +40,11 @@ const cacheDepth = 64
 // modules in ~/go/pkg/mod and npm its packages in ~/.npm, outside it.
 func cacheEnv() []string {
 	return []string{
-		"XDG_CACHE_HOME=" + jailCache,
-		"GOCACHE=" + jailCache + "/go-build",
-		"GOMODCACHE=" + jailCache + "/go-mod",
-		"npm_config_cache=" + jailCache + "/npm",
-		"PIP_CACHE_DIR=" + jailCache + "/pip",
+		"XDG_CACHE_HOME=" + injail.Cache,
+		"GOCACHE=" + injail.Cache + "/go-build",
+		"GOMODCACHE=" + injail.Cache + "/go-mod",
+		"npm_config_cache=" + injail.Cache + "/npm",
+		"PIP_CACHE_DIR=" + injail.Cache + "/pip",
 	}
 }
 

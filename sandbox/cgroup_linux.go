@@ -16,6 +16,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/sandbox/injail"
 )
 
 // DefaultCgroupParent is the group the sandbox makes at the top of each
@@ -144,19 +146,19 @@ func (c *cgroups) setUpV2(h string) error {
 	// A cgroup holding processes cannot pass controllers down (except the
 	// root): a server in a container's own cgroup lands here and gets
 	// rlimits only.
-	if err := writeCgroup(filepath.Join(h, "cgroup.subtree_control"), "+memory +pids"); err != nil {
+	if err := injail.WriteCgroup(filepath.Join(h, "cgroup.subtree_control"), "+memory +pids"); err != nil {
 		return fmt.Errorf("cgroup v2: %w", err)
 	}
 	dir := filepath.Join(h, c.group)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("cgroup v2: %w", err)
 	}
-	if err := writeCgroup(filepath.Join(dir, "cgroup.subtree_control"), "+memory +pids"); err != nil {
+	if err := injail.WriteCgroup(filepath.Join(dir, "cgroup.subtree_control"), "+memory +pids"); err != nil {
 		return fmt.Errorf("cgroup v2: %w", err)
 	}
 	// The cpu controller is a bonus, as in v1.
-	c.cpu = writeCgroup(filepath.Join(h, "cgroup.subtree_control"), "+cpu") == nil &&
-		writeCgroup(filepath.Join(dir, "cgroup.subtree_control"), "+cpu") == nil
+	c.cpu = injail.WriteCgroup(filepath.Join(h, "cgroup.subtree_control"), "+cpu") == nil &&
+		injail.WriteCgroup(filepath.Join(dir, "cgroup.subtree_control"), "+cpu") == nil
 	c.v2 = true
 	c.parents = []string{dir}
 	return nil
@@ -207,16 +209,16 @@ func (c *cgroups) ensure(uid uint32) ([]string, error) {
 			limits = [][2]string{{"pids.max", pids}}
 		}
 		for _, l := range limits {
-			if err := writeCgroup(filepath.Join(dir, l[0]), l[1]); err != nil {
+			if err := injail.WriteCgroup(filepath.Join(dir, l[0]), l[1]); err != nil {
 				return nil, fmt.Errorf("sandbox: cgroup: %w", err)
 			}
 		}
 		// Swap must not be a way around the memory limit; these files
 		// exist only when swap is accounted.
 		if c.v2 {
-			writeCgroup(filepath.Join(dir, "memory.swap.max"), "0")
+			injail.WriteCgroup(filepath.Join(dir, "memory.swap.max"), "0")
 		} else if i == 0 {
-			writeCgroup(filepath.Join(dir, "memory.memsw.limit_in_bytes"), mem)
+			injail.WriteCgroup(filepath.Join(dir, "memory.memsw.limit_in_bytes"), mem)
 		}
 		procs = append(procs, filepath.Join(dir, "cgroup.procs"))
 	}
@@ -226,7 +228,7 @@ func (c *cgroups) ensure(uid uint32) ([]string, error) {
 // killAll kills uid's v2 group at once; v1 has no such file.
 func (c *cgroups) killAll(uid uint32) {
 	if c.v2 {
-		writeCgroup(filepath.Join(c.dirs(uid)[0], "cgroup.kill"), "1")
+		injail.WriteCgroup(filepath.Join(c.dirs(uid)[0], "cgroup.kill"), "1")
 	}
 }
 
@@ -292,16 +294,4 @@ func (c *cgroups) close() {
 			unix.Rmdir(dir) // fails, as it should, while the group has members
 		}
 	}
-}
-
-func writeCgroup(path, value string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(value)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -2,31 +2,16 @@
 // user unique to their session, each in a jail of its own, through one
 // bounded runner.
 //
-// # Init comes first in main
-//
-// Every program that creates a Sandbox must call Init as the very first
-// statement of main, and every test package that runs sandboxed commands
-// must call it first in TestMain:
-//
-//	func main() {
-//		sandbox.Init()
-//		...
-//	}
-//
-//	func TestMain(m *testing.M) {
-//		sandbox.Init()
-//		os.Exit(m.Run())
-//	}
+// # The helper
 //
 // Go cannot run code in a child between fork and exec, so a sandboxed
-// command starts as this same binary (/proc/self/exe) marked as the init
-// helper by an environment variable; Init in that process sets up the
-// jail, runs the command and exits with its status, never returning. In
-// any other process Init returns at once. New fails with ErrInitMissing
-// when Init has not returned in the process, which stops a binary that
-// forgot it from starting a second copy of itself as root. Package init
-// functions run before main, in the helper too, so they must stay free of
-// side effects.
+// command starts as this same binary (/proc/self/exe) marked as the
+// helper by an environment variable. The helper is package injail, which
+// this package imports: it does its work from its package init, before
+// the rest of the binary is set up, and exits there, so any binary that
+// links this package is a helper when so marked, and nothing of the
+// server's set-up (or of a test's) runs in it. Package init functions
+// that run before it must stay free of side effects.
 //
 // # What a sandboxed command gets
 //
@@ -41,7 +26,7 @@
 //     waited, at a low priority it leaves for its command);
 //   - sets RLIMIT_NPROC (per uid, and the uid is the session's alone) and
 //     RLIMIT_CORE 0;
-//   - builds the jail (jail_linux.go): a tmpfs root holding read-only
+//   - builds the jail (injail/jail_linux.go): a tmpfs root holding read-only
 //     binds of Config.ROPaths, the checkout at /workspace, the session's
 //     HOME at /home/atelier and its /tmp, the project's cache at
 //     /home/atelier/.cache (cache_linux.go), a minimal /dev with a private

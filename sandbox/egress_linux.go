@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"atelier/netblock"
+	"atelier/sandbox/injail"
 )
 
 // Network Allow is the internet, not the host. A command with Allow gets a
@@ -194,7 +195,7 @@ func (s *Sandbox) startEgress(resolvers []netip.Addr) (_ *egress, err error) {
 	if e.ns, err = os.Open(fmt.Sprintf("/proc/%d/ns/net", pid)); err != nil {
 		return nil, err
 	}
-	if err := inNetns(e.ns, loopbackUp); err != nil {
+	if err := inNetns(e.ns, injail.LoopbackUp); err != nil {
 		return nil, fmt.Errorf("loopback: %w", err)
 	}
 	if err := installEgressFilter(e.ns, s.cfg.AllowNetworks, resolvers); err != nil {
@@ -290,18 +291,6 @@ func (e *egress) end() {
 			<-waited
 		}
 	})
-}
-
-// netnsFD is where the init helper finds the namespace to join.
-const netnsFD = initFD + 1
-
-// joinNetns puts the init helper's thread into the namespace the server
-// made for it.
-func joinNetns() error {
-	if err := unix.Setns(netnsFD, unix.CLONE_NEWNET); err != nil {
-		return err
-	}
-	return unix.Close(netnsFD)
 }
 
 // installEgressFilter writes the namespace's output filter: its own lo and
@@ -431,6 +420,3 @@ func (c *cappedBuffer) String() string {
 	defer c.mu.Unlock()
 	return c.b.String()
 }
-
-// stageJoinNetns is the init helper's failure to enter Allow's namespace.
-const stageJoinNetns = "netns-join"

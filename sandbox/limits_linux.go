@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"atelier/sandbox/injail"
 )
 
 // Each uid's group bounds one session; the parent group that holds them
@@ -52,22 +54,22 @@ func (c *cgroups) limitTotal(mem int64, tasks int) error {
 	// v1 keeps memory+swap at least memory: lowering both, memory goes
 	// first; raising both, memory+swap does. Writing swap on both sides
 	// covers either; its file exists only when swap is accounted.
-	writeCgroup(filepath.Join(memDir, swapFile), swapValue)
+	injail.WriteCgroup(filepath.Join(memDir, swapFile), swapValue)
 	var errs []error
-	if err := writeCgroup(filepath.Join(memDir, memFile), m); err != nil {
+	if err := injail.WriteCgroup(filepath.Join(memDir, memFile), m); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox: cgroup %s: %w", memFile, err))
 	}
-	writeCgroup(filepath.Join(memDir, swapFile), swapValue)
-	if err := writeCgroup(filepath.Join(pidsDir, "pids.max"), t); err != nil {
+	injail.WriteCgroup(filepath.Join(memDir, swapFile), swapValue)
+	if err := injail.WriteCgroup(filepath.Join(pidsDir, "pids.max"), t); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox: cgroup pids.max: %w", err))
 	}
 	if c.cpu {
 		quota := strconv.Itoa(cpuTotal(runtime.NumCPU()))
 		var err error
 		if c.v2 {
-			err = writeCgroup(filepath.Join(c.parents[0], "cpu.max"), quota+" "+strconv.Itoa(cpuPeriod))
-		} else if err = writeCgroup(filepath.Join(c.parents[2], "cpu.cfs_period_us"), strconv.Itoa(cpuPeriod)); err == nil {
-			err = writeCgroup(filepath.Join(c.parents[2], "cpu.cfs_quota_us"), quota)
+			err = injail.WriteCgroup(filepath.Join(c.parents[0], "cpu.max"), quota+" "+strconv.Itoa(cpuPeriod))
+		} else if err = injail.WriteCgroup(filepath.Join(c.parents[2], "cpu.cfs_period_us"), strconv.Itoa(cpuPeriod)); err == nil {
+			err = injail.WriteCgroup(filepath.Join(c.parents[2], "cpu.cfs_quota_us"), quota)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("sandbox: cgroup cpu quota: %w", err))

@@ -22,7 +22,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	sandbox.Init()
 	if os.Getenv(childEnv) != "" {
 		os.Exit(child())
 	}

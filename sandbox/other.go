@@ -15,9 +15,6 @@ import (
 
 var errUnsupported = errors.New("sandbox: needs Linux")
 
-// Init does nothing off Linux.
-func Init() {}
-
 // Sandbox is unavailable off Linux.
 type Sandbox struct{}
 

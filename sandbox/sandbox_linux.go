@@ -22,6 +22,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"atelier/sandbox/injail"
+
 	"atelier/internal/txwatch"
 )
 
@@ -57,12 +59,9 @@ type Sandbox struct {
 	helperFile *os.File
 }
 
-// New checks cfg and finds the cgroups to use. The server must run as root
-// and its main must have called Init.
+// New checks cfg and finds the cgroups to use. The server must run as
+// root.
 func New(cfg Config) (*Sandbox, error) {
-	if !initCalled.Load() {
-		return nil, ErrInitMissing
-	}
 	if os.Geteuid() != 0 {
 		return nil, ErrNotRoot
 	}
@@ -88,7 +87,7 @@ func New(cfg Config) (*Sandbox, error) {
 		cfg.ROPaths = DefaultROPaths
 	}
 	if cfg.ResolvConf == "" {
-		cfg.ResolvConf = hostResolvConf
+		cfg.ResolvConf = injail.HostResolvConf
 	}
 	for _, p := range append(append([]string{}, cfg.ROPaths...), cfg.Path...) {
 		if !cleanAbs(p) || p == "/" || strings.ContainsAny(p, ":\x00") {
@@ -122,8 +121,8 @@ func New(cfg Config) (*Sandbox, error) {
 	}
 	err := s.probe()
 	if err == nil && s.cg == nil {
-		if err = unix.Access(prlimitPath, unix.X_OK); err != nil {
-			err = fmt.Errorf("sandbox: without cgroups, a command's memory is limited through %s (util-linux), which is missing: %w", prlimitPath, err)
+		if err = unix.Access(injail.PrlimitPath, unix.X_OK); err != nil {
+			err = fmt.Errorf("sandbox: without cgroups, a command's memory is limited through %s (util-linux), which is missing: %w", injail.PrlimitPath, err)
 		}
 	}
 	if err != nil {
@@ -173,7 +172,7 @@ func (s *Sandbox) Unavailable() error { return s.unavailable }
 // this host has what the jail needs.
 func (s *Sandbox) probe() error {
 	cmd := s.helper()
-	conn, err := s.launch(cmd, &initSpec{Probe: true, ROPaths: s.cfg.ROPaths})
+	conn, err := s.launch(cmd, &helperSpec{Spec: injail.Spec{Probe: true, ROPaths: s.cfg.ROPaths}})
 	if err != nil {
 		return err
 	}
@@ -310,7 +309,7 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec, lim Limits) (*Result, erro
 
 // startRun starts Run's command in spare when it can, else in a helper of
 // its own.
-func (s *Sandbox) startRun(spec Spec, is *initSpec, eg *egress, spare *spareProc, stdout, stderr *os.File) (*exec.Cmd, tree, error) {
+func (s *Sandbox) startRun(spec Spec, is *helperSpec, eg *egress, spare *spareProc, stdout, stderr *os.File) (*exec.Cmd, tree, error) {
 	if spare != nil {
 		conn, err := s.handOver(spare, is, stdout, stderr)
 		if err == nil {
@@ -389,46 +388,32 @@ func (p *Process) Wait() error {
 	return err
 }
 
-// initSpec is what the init helper is told: everything it needs to build
-// the jail and start the command.
-type initSpec struct {
-	UID, GID    uint32
-	Dir         string // inside the jail: /workspace or below
-	Argv        []string
-	Env         []string
-	DenyNetwork bool
-	JoinNetns   bool // Allow: join the namespace at fd 4 (egress_linux.go)
-	MaxProcs    uint64
-	MaxData     uint64   // RLIMIT_DATA; 0 leaves it (a memory cgroup limits instead)
-	Cgroups     []string // cgroup.procs files to join
-	// Host folders: the checkout, HOME and /tmp ("" is a tmpfs) of the
-	// session, and what is seen read-only.
-	Workspace, Home, Tmp string
-	ROPaths              []string
-	Cache                string // bound at HOME/.cache; "" leaves HOME's own
-	// ResolvConf is the command's resolv.conf, placed at /etc/resolv.conf
-	// and at ResolvAt, where the host's link leads ("" when it is a file).
-	ResolvConf, ResolvAt string
+// helperSpec is the helper's Spec and what the server keeps beside it.
+type helperSpec struct {
+	injail.Spec
 	// resolvers are the name servers ResolvConf names, for the egress
 	// filter; the helper does not need them.
 	resolvers []netip.Addr
-	TTY       bool // stdin is a terminal to make the controlling one
-	Probe     bool // build the jail, then exit: New's check
 }
 
-// initReply is the helper's report: a failure before the command started
-// (Stage, Msg, Errno), then Started once it runs, then Signal when a
-// signal ended it.
-type initReply struct {
-	Stage   string
-	Msg     string
-	Errno   int
-	Started bool
-	Signal  int
+// DefaultROPaths are the host's folders a command sees read-only, those of
+// them that exist.
+var DefaultROPaths = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt"}
+
+// jailDir is where the host folder dir of the checkout is inside.
+func jailDir(workspace, dir string) (string, bool) {
+	if dir == workspace {
+		return injail.Workspace, true
+	}
+	rel, ok := strings.CutPrefix(dir, workspace+"/")
+	if !ok || workspace == "" {
+		return "", false
+	}
+	return injail.Workspace + "/" + rel, true
 }
 
 // prepare checks spec and turns it into the helper's instructions.
-func (s *Sandbox) prepare(spec Spec) (*initSpec, error) {
+func (s *Sandbox) prepare(spec Spec) (*helperSpec, error) {
 	switch {
 	case !s.inRange(spec.UID) || !s.inRange(spec.GID):
 		return nil, fmt.Errorf("%w: uid %d / gid %d outside [%d, %d)", ErrBadSpec, spec.UID, spec.GID,
@@ -461,14 +446,14 @@ func (s *Sandbox) prepare(spec Spec) (*initSpec, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: Dir %s is not in Workspace %s", ErrBadSpec, spec.Dir, workspace)
 	}
-	is := &initSpec{
+	is := &helperSpec{Spec: injail.Spec{
 		UID: spec.UID, GID: spec.GID, Dir: dir, Argv: spec.Argv,
 		Env:         env,
 		DenyNetwork: spec.Network != Allow,
 		MaxProcs:    uint64(s.cfg.MaxProcs),
 		Workspace:   workspace, Home: spec.Home, Tmp: spec.Tmp, ROPaths: s.cfg.ROPaths,
 		Cache: spec.Cache,
-	}
+	}}
 	if s.cg == nil {
 		is.MaxData = uint64(s.cfg.MaxMemory)
 	}
@@ -492,14 +477,10 @@ func (s *Sandbox) environ(spec Spec) ([]string, error) {
 		}
 		term = e
 	}
-	return append([]string{"PATH=" + s.path, "HOME=" + jailHome, "LANG=C.UTF-8", term}, cacheEnv()...), nil
+	return append([]string{"PATH=" + s.path, "HOME=" + injail.Home, "LANG=C.UTF-8", term}, cacheEnv()...), nil
 }
 
 const cleanPath = "/usr/local/bin:/usr/bin:/bin"
-
-// prlimitPath is util-linux's prlimit, which starts a command under its
-// RLIMIT_DATA where no memory cgroup limits it (init_linux.go).
-const prlimitPath = "/usr/bin/prlimit"
 
 func cleanAbs(p string) bool { return filepath.IsAbs(p) && filepath.Clean(p) == p }
 
@@ -511,8 +492,8 @@ func cleanAbs(p string) bool { return filepath.IsAbs(p) && filepath.Clean(p) == 
 func (s *Sandbox) helper() *exec.Cmd {
 	return &exec.Cmd{
 		Path: s.helperPath,
-		Args: []string{initArg0},
-		Env:  []string{initEnv + "=1"},
+		Args: []string{injail.Arg0},
+		Env:  []string{injail.Env + "=1"},
 		Dir:  "/",
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true,
 			Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS},
@@ -529,7 +510,7 @@ type helperConn struct {
 // that ended the command, or 0.
 func (c *helperConn) signaled() syscall.Signal {
 	c.f.SetReadDeadline(time.Now().Add(drainWait))
-	var r initReply
+	var r injail.Reply
 	if c.dec.Decode(&r) != nil {
 		return 0
 	}
@@ -542,7 +523,7 @@ func (c *helperConn) close() { c.f.Close() }
 // fd 3, and waits for its word that the command started, or its failure.
 // The socket stays open while the command runs, for the helper to say
 // which signal ended it.
-func (s *Sandbox) launch(cmd *exec.Cmd, is *initSpec) (*helperConn, error) {
+func (s *Sandbox) launch(cmd *exec.Cmd, is *helperSpec) (*helperConn, error) {
 	ours, err := startHelper(cmd)
 	if err != nil {
 		return nil, err
@@ -578,7 +559,7 @@ func startHelper(cmd *exec.Cmd) (*os.File, error) {
 // instruct sends a started helper is, with the uid's cgroups to join,
 // and waits for its word that the command started, or its failure, which
 // ends the helper.
-func (s *Sandbox) instruct(cmd *exec.Cmd, ours *os.File, is *initSpec) (*helperConn, error) {
+func (s *Sandbox) instruct(cmd *exec.Cmd, ours *os.File, is *helperSpec) (*helperConn, error) {
 	if s.cg != nil && !is.Probe {
 		s.groups.RLock()
 		defer s.groups.RUnlock()
@@ -596,7 +577,7 @@ func (s *Sandbox) instruct(cmd *exec.Cmd, ours *os.File, is *initSpec) (*helperC
 
 // instructJoined is instruct for a helper already in the cgroups it needs
 // (a spare of the uid, or any helper when cgroups are not in use).
-func (s *Sandbox) instructJoined(cmd *exec.Cmd, ours *os.File, is *initSpec) (*helperConn, error) {
+func (s *Sandbox) instructJoined(cmd *exec.Cmd, ours *os.File, is *helperSpec) (*helperConn, error) {
 	ours.SetDeadline(time.Now().Add(startWait))
 	conn := &helperConn{f: ours, dec: json.NewDecoder(ours)}
 	// Without the newline json.Encoder adds: the helper's decoder stops at
@@ -606,7 +587,7 @@ func (s *Sandbox) instructJoined(cmd *exec.Cmd, ours *os.File, is *initSpec) (*h
 	if err == nil {
 		_, err = ours.Write(spec)
 	}
-	var r initReply
+	var r injail.Reply
 	if err == nil {
 		err = conn.dec.Decode(&r)
 	}
@@ -622,14 +603,14 @@ func (s *Sandbox) instructJoined(cmd *exec.Cmd, ours *os.File, is *initSpec) (*h
 	}
 	ie := &initError{r}
 	switch r.Stage {
-	case stageNetns:
+	case injail.StageNetns:
 		return nil, fmt.Errorf("%w: %w", ErrNetworkUnenforceable, ie)
-	case stageJail:
+	case injail.StageJail:
 		// In words only: the errno of a mount is the host's trouble, not
 		// a missing file of the person's.
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, ie)
 	}
-	if r.Stage == stageJoinNetns {
+	if r.Stage == injail.StageJoinNetns {
 		return nil, fmt.Errorf("%w: %w", ErrNetworkUnavailable, ie)
 	}
 	return nil, ie
@@ -637,7 +618,7 @@ func (s *Sandbox) instructJoined(cmd *exec.Cmd, ours *os.File, is *initSpec) (*h
 
 // initError is a failure the helper reported. It unwraps to its errno, so
 // errors.Is(err, fs.ErrNotExist) holds for a missing command.
-type initError struct{ r initReply }
+type initError struct{ r injail.Reply }
 
 func (e *initError) Error() string {
 	return "init helper: " + e.r.Stage + ": " + e.r.Msg

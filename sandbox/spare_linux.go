@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"atelier/sandbox/injail"
 )
 
 // A helper spends most of its start-up in the Go runtime and the package
@@ -34,27 +36,13 @@ import (
 // member of those groups from then on, so a KillAll of the uid ends it,
 // and it is never handed a command of another uid.
 
-// A spare helper waits this long for its command, then exits: the copy of
-// the server's mounts it holds keeps file systems of ended sessions (their
-// disks) from going, so it must not hold it for long. The server hands a
-// spare a command only while it is younger than spareFresh.
-const (
-	spareWait  = 20 * time.Second
-	spareFresh = 15 * time.Second
-)
+// The server hands a spare a command only while it is younger than
+// spareFresh, well within the injail.SpareWait it waits for one.
+const spareFresh = 15 * time.Second
 
 // errSpareGone: the spare helper was gone, or never joined its uid's
 // cgroups, before it got a word of its command; Run starts one afresh.
 var errSpareGone = errors.New("sandbox: the spare helper is gone")
-
-// spareArg is a spare helper's argv[1]: its stdout and stderr come over
-// the socket, ahead of the instructions. The arguments after it are the
-// cgroup.procs files it joins before it says spareReady.
-const spareArg = "spare"
-
-// spareReady is the byte a spare helper sends once it is in its uid's
-// cgroups; anything else, or nothing, means it will not run a command.
-const spareReady = 'r'
 
 // Spare is a helper started ahead of one command; see Sandbox.Spare.
 type Spare struct {
@@ -80,7 +68,7 @@ func (s *Sandbox) Spare(uid uint32) (*Spare, error) {
 		return nil, fmt.Errorf("%w: uid %d is outside the sandbox's range", ErrBadSpec, uid)
 	}
 	cmd := s.helper()
-	cmd.Args = []string{initArg0, spareArg}
+	cmd.Args = []string{injail.Arg0, injail.SpareArg}
 	if s.cg != nil {
 		procs, err := s.cg.ensure(uid)
 		if err != nil {
@@ -127,14 +115,6 @@ func startNice(cmd *exec.Cmd) (*os.File, error) {
 	return ours, err
 }
 
-// takeNormalPriority is a spare's first step once it has a command: the
-// jail and the command run at the normal priority. Only this thread's
-// (the command is forked from it); the helper's other threads have
-// nothing left to do.
-func takeNormalPriority() error {
-	return unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 0)
-}
-
 // take hands the spare's helper to its one command; nil when there is
 // none (a nil Spare, or one taken or closed already).
 func (sp *Spare) take() *spareProc {
@@ -149,7 +129,7 @@ func (sp *Spare) take() *spareProc {
 }
 
 // fresh reports whether the helper still waits for its command, with a
-// margin: it gives up after spareWait.
+// margin: it gives up after injail.SpareWait.
 func (p *spareProc) fresh() bool { return time.Since(p.started) < spareFresh }
 
 // fresh reports whether a command may still be handed the spare.
@@ -177,10 +157,10 @@ func (p *spareProc) end() {
 // handOver waits for a spare helper to be in its cgroups, gives it its
 // command's stdout and stderr, then its instructions, and waits for the
 // command to start.
-func (s *Sandbox) handOver(p *spareProc, is *initSpec, stdout, stderr *os.File) (*helperConn, error) {
+func (s *Sandbox) handOver(p *spareProc, is *helperSpec, stdout, stderr *os.File) (*helperConn, error) {
 	ready := make([]byte, 1)
 	p.ours.SetReadDeadline(time.Now().Add(startWait))
-	if _, err := io.ReadFull(p.ours, ready); err != nil || ready[0] != spareReady {
+	if _, err := io.ReadFull(p.ours, ready); err != nil || ready[0] != injail.SpareReady {
 		p.end()
 		return nil, fmt.Errorf("%w: not ready: %v", errSpareGone, err)
 	}
@@ -208,61 +188,4 @@ func (s *Sandbox) handOver(p *spareProc, is *initSpec, stdout, stderr *os.File) 
 		return nil, fmt.Errorf("%w: %w", errSpareGone, err)
 	}
 	return s.instructJoined(p.cmd, p.ours, is)
-}
-
-// receiveStdio is the spare helper's side of handOver: the command's
-// stdout and stderr become its own fds 1 and 2 (stdin stays /dev/null).
-func receiveStdio(ch *os.File) error {
-	fd := int(ch.Fd())
-	wait := unix.NsecToTimeval(spareWait.Nanoseconds())
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &wait); err != nil {
-		return err
-	}
-	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(2*4))
-	n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-	if err != nil {
-		return err
-	}
-	var none unix.Timeval
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &none); err != nil {
-		return err
-	}
-	if n != 1 {
-		return errors.New("no stdout and stderr from the server")
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return errors.Join(errors.New("no stdout and stderr from the server"), err)
-	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil {
-		return err
-	}
-	if len(fds) != 2 {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return fmt.Errorf("%d descriptors from the server, want stdout and stderr", len(fds))
-	}
-	for i, fd := range fds {
-		if err := unix.Dup3(fd, i+1, 0); err != nil {
-			return err
-		}
-		unix.Close(fd)
-	}
-	return nil
-}
-
-// joinSpareGroups is the spare helper's first step: it joins the cgroups
-// the server named (every process of the command then starts inside), and
-// says so.
-func joinSpareGroups(ch *os.File, procs []string) error {
-	for _, p := range procs {
-		// The pid is read in the writer's PID namespace: 1, the helper.
-		if err := writeCgroup(p, "1"); err != nil {
-			return err
-		}
-	}
-	_, err := ch.Write([]byte{spareReady})
-	return err
 }

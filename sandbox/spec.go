@@ -155,11 +155,8 @@ var (
 	// instead.
 	ErrNetworkUnavailable = fault.New(fault.Unavailable, "network_unavailable", "sandbox: network allow is unavailable here",
 		"The server cannot give this project's sandbox the internet without the host here (slirp4netns and /dev/net/tun are needed), so it does not run commands with the network allowed; the log at start says what is missing, and an administrator can install it or deny the network for the project.")
-	ErrBadSpec   = errors.New("sandbox: bad command spec")
-	ErrBadConfig = errors.New("sandbox: bad config")
-	// ErrInitMissing: New was called in a program whose main did not call
-	// Init first.
-	ErrInitMissing   = errors.New("sandbox: sandbox.Init was not called at the start of main")
+	ErrBadSpec       = errors.New("sandbox: bad command spec")
+	ErrBadConfig     = errors.New("sandbox: bad config")
 	ErrNotRoot       = errors.New("sandbox: the server must run as root to sandbox commands")
 	ErrProcessesLeft = errors.New("sandbox: processes survived the kill")
 	ErrSymlink       = errors.New("sandbox: a symbolic link is in the way")

@@ -30,7 +30,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	sandbox.Init()
 	os.Exit(runTests(m))
 }
 

@@ -22,14 +22,11 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
-	"atelier/sandbox"
 	"atelier/terminal/hostpty"
 )
 
-// TestMain starts the sandbox's init helper first, for the jailed
-// benchmarks.
+// TestMain checks that no test leaves a goroutine behind.
 func TestMain(m *testing.M) {
-	sandbox.Init()
 	goleak.VerifyTestMain(m)
 }
 

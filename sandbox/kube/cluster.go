@@ -59,8 +59,8 @@ var (
 
 // cluster is what the provider does with the API server, in the sandbox
 // namespace, through the dynamic client: it needs no typed clientset,
-// whose registration of every API group this binary, re-executed by each
-// sandboxed command, would pay for at every start.
+// whose registration of every API group would lengthen the server's
+// start for nothing.
 type cluster struct {
 	api dynamic.Interface
 	cfg Config

@@ -136,8 +136,7 @@ func (e *Exec) Run(ctx context.Context, pod string, argv []string, o ExecOptions
 
 // execURL is the pod's exec subresource with argv and the streams asked
 // for. It is built here rather than by a typed client, whose scheme would
-// register every API group at start-up of each sandbox command this
-// binary also runs.
+// register every API group at the server's start.
 func (e *Exec) execURL(pod string, argv []string, o ExecOptions) (*url.URL, error) {
 	base, _, err := rest.DefaultServerUrlFor(e.cfg)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"atelier/sandbox"
+	"atelier/sandbox/kube/inpod"
 )
 
 // The labels and annotation every sandbox pod carries. Label values allow
@@ -143,7 +144,7 @@ func podFor(cfg Config, s sandbox.Session) *corev1.Pod {
 			Containers: []corev1.Container{{
 				Name:       containerName,
 				Image:      cfg.Image,
-				Command:    []string{cfg.Helper, "sandbox-pod", "idle"},
+				Command:    []string{cfg.Helper, inpod.Arg, "idle"},
 				WorkingDir: cfg.Workspace,
 				// PATH stays the image's: its toolchains put themselves
 				// on it.

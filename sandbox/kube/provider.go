@@ -164,7 +164,7 @@ func (p *Provider) Available() error { return nil }
 
 // helper is argv for the pod's helper verb.
 func (p *Provider) helper(verb string, args ...string) []string {
-	return append([]string{p.cfg.Helper, "sandbox-pod", verb}, args...)
+	return append([]string{p.cfg.Helper, inpod.Arg, verb}, args...)
 }
 
 // applyPolicies applies the NetworkPolicies once per provider, before the

@@ -20,19 +20,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"atelier/sandbox"
-	"atelier/sandbox/kube/inpod"
 	"atelier/testrig/kubeexec"
 	"atelier/testrig/wait"
 )
-
-// The pod's helper is this test binary, started through the exec rig as
-// the sandbox image starts atelier.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "sandbox-pod" {
-		os.Exit(inpod.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
 
 // tarBase is a base of a few files.
 type tarBase map[string]string

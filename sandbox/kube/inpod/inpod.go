@@ -8,23 +8,38 @@
 // (WriteFrame), which the server reads with a FrameReader, treating every
 // byte as hostile: the session's code runs as the same user as the
 // helper and may tamper with it.
+//
+// The helper runs from this package's init and exits there, before the
+// rest of the binary is set up (see package sandbox/injail for why that
+// comes first and what it saves): nothing here may import a package
+// outside the standard library and golang.org/x/sys.
 package inpod
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"strings"
 	"unicode/utf8"
 )
+
+// Arg is the helper's argv[1]; the verb and its flags follow.
+const Arg = "sandbox-pod"
+
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == Arg {
+		os.Exit(Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+}
 
 // Main runs the verb named by args[0] with the rest of args as its flags
 // and returns the process's exit code: 0 whenever a status frame was
 // written, even for a command that failed, 2 for bad arguments.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: atelier sandbox-pod run|unpack|changes|killall|idle|shell [flags]")
+		fmt.Fprintln(stderr, "usage: atelier "+Arg+" run|unpack|changes|killall|idle|shell [flags]")
 		return 2
 	}
 	var err error

@@ -1,6 +1,6 @@
 //go:build linux
 
-package sandbox
+package injail
 
 import (
 	"errors"
@@ -14,29 +14,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Where things are inside the jail.
+// More of the jail's inside, which only the helper needs.
 const (
-	jailWorkspace = "/workspace"
-	jailHome      = "/home/atelier"
-	jailCache     = jailHome + "/.cache" // where Spec.Cache is seen
-	jailUser      = "atelier"
-	jailHostname  = "atelier"
+	jailUser     = "atelier"
+	jailHostname = "atelier"
 	// jailShmBytes is the size of the command's private /dev/shm.
 	jailShmBytes = 64 << 20
 	// jailTmpBytes bounds /tmp when the session has no folder for it.
 	jailTmpBytes = 256 << 20
 )
 
-// DefaultROPaths are the host's folders a command sees read-only, those of
-// them that exist.
-var DefaultROPaths = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt"}
-
 // jailDevices are bound from the host's /dev; nothing else of it is inside.
 var jailDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
-
-// stageJail is the helper's stage while it builds the new root. A failure
-// there means the kernel lacks something the jail needs.
-const stageJail = "jail"
 
 // source is a host path opened before the new root hides the host: binds
 // then go through /proc/self/fd, to exactly what was opened.
@@ -87,7 +76,7 @@ func (s *source) close() {
 // read-only, the checkout at /workspace, the session's /tmp and HOME, a
 // minimal /dev, a private /dev/shm and /proc of the PID namespace. The
 // host's root is detached; nothing else of it stays reachable.
-func buildJail(is *initSpec) error {
+func buildJail(is *Spec) error {
 	// Nothing mounted here may reach the host's namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
@@ -115,7 +104,7 @@ func buildJail(is *initSpec) error {
 	}
 	for _, d := range []struct {
 		host, target string
-	}{{is.Workspace, jailWorkspace}, {is.Home, jailHome}, {is.Tmp, "/tmp"}} {
+	}{{is.Workspace, Workspace}, {is.Home, Home}, {is.Tmp, "/tmp"}} {
 		if d.host == "" {
 			continue
 		}
@@ -253,7 +242,7 @@ func openFolderSource(path string) (*source, error) {
 	src, err := openSource(path, false)
 	if err == nil && (src.fd < 0 || !src.dir) {
 		src.close()
-		err = fmt.Errorf("%s is not a folder: %w", path, ErrSymlink)
+		err = fmt.Errorf("%s is a link or not a folder", path)
 	}
 	return src, err
 }
@@ -265,21 +254,21 @@ func openFolderSource(path string) (*source, error) {
 // A session that made it something else than a folder goes without the
 // cache, with whatever it put there. The cache is nosuid and nodev inside.
 func mountCache(root string, cache *source) error {
-	home, err := unix.Open(root+jailHome, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	home, err := unix.Open(root+Home, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", jailHome, err)
+		return fmt.Errorf("open %s: %w", Home, err)
 	}
 	defer unix.Close(home)
-	name := filepath.Base(jailCache)
+	name := filepath.Base(Cache)
 	if err := unix.Mkdirat(home, name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("make %s: %w", jailCache, err)
+		return fmt.Errorf("make %s: %w", Cache, err)
 	}
 	target, err := unix.Openat(home, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOTDIR) {
 		return nil // a link (O_PATH opens one for itself) or a file
 	}
 	if err != nil {
-		return fmt.Errorf("open %s: %w", jailCache, err)
+		return fmt.Errorf("open %s: %w", Cache, err)
 	}
 	defer unix.Close(target)
 	// A bind made apart, restricted, then moved onto the folder: the
@@ -288,20 +277,20 @@ func mountCache(root string, cache *source) error {
 	tree, err := unix.OpenTree(cache.fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if errors.Is(err, unix.ENOSYS) { // before Linux 5.2: the bind keeps the disk's flags
 		if err := unix.Mount(cache.path(), "/proc/self/fd/"+strconv.Itoa(target), "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind %s: %w", jailCache, err)
+			return fmt.Errorf("bind %s: %w", Cache, err)
 		}
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("bind %s: %w", jailCache, err)
+		return fmt.Errorf("bind %s: %w", Cache, err)
 	}
 	defer unix.Close(tree)
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil && !errors.Is(err, unix.ENOSYS) {
-		return fmt.Errorf("restrict %s: %w", jailCache, err)
+		return fmt.Errorf("restrict %s: %w", Cache, err)
 	}
 	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
-		return fmt.Errorf("bind %s: %w", jailCache, err)
+		return fmt.Errorf("bind %s: %w", Cache, err)
 	}
 	return nil
 }
@@ -364,11 +353,11 @@ func mountTmpfs(root, target string, mode os.FileMode, size int64) error {
 // the session's uid has a name, a home and a shell inside; and places the
 // command's resolv.conf (resolv_linux.go) at /etc/resolv.conf and where the
 // host's link leads.
-func writeAccounts(root string, is *initSpec) error {
+func writeAccounts(root string, is *Spec) error {
 	uid, gid := strconv.FormatUint(uint64(is.UID), 10), strconv.FormatUint(uint64(is.GID), 10)
 	files := map[string]string{
 		"passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n" +
-			jailUser + ":x:" + uid + ":" + gid + "::" + jailHome + ":/bin/bash\n" +
+			jailUser + ":x:" + uid + ":" + gid + "::" + Home + ":/bin/bash\n" +
 			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
 		"group": "root:x:0:\n" + jailUser + ":x:" + gid + ":\n" + "nogroup:x:65534:\n",
 	}
@@ -380,7 +369,7 @@ func writeAccounts(root string, is *initSpec) error {
 	if is.ResolvConf == "" {
 		return nil // the probe
 	}
-	at, err := placeInJail(root, hostResolvConf, is.ResolvConf, true)
+	at, err := placeInJail(root, HostResolvConf, is.ResolvConf, true)
 	if err != nil || is.ResolvAt == "" {
 		return err
 	}
@@ -389,16 +378,4 @@ func writeAccounts(root string, is *initSpec) error {
 	}
 	_, err = placeInJail(root, is.ResolvAt, is.ResolvConf, true)
 	return err
-}
-
-// jailDir is where the host folder dir of the checkout is inside.
-func jailDir(workspace, dir string) (string, bool) {
-	if dir == workspace {
-		return jailWorkspace, true
-	}
-	rel, ok := strings.CutPrefix(dir, workspace+"/")
-	if !ok || workspace == "" {
-		return "", false
-	}
-	return jailWorkspace + "/" + rel, true
 }

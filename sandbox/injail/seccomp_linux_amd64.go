@@ -1,4 +1,4 @@
-package sandbox
+package injail
 
 import "golang.org/x/sys/unix"
 

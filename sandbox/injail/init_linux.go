@@ -1,6 +1,6 @@
 //go:build linux
 
-package sandbox
+package injail
 
 import (
 	"bytes"
@@ -13,58 +13,27 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-const (
-	initEnv   = "ATELIER_SANDBOX_INIT" // marks the init helper
-	initArg0  = "atelier-sandbox-init" // its argv[0], for ps
-	initFD    = 3                      // the socket to the server
-	initStart = 127                    // the helper's exit code when it fails
-)
-
-// Stages the helper reports a failure at.
-const (
-	stageSpec   = "spec"
-	stageCgroup = "cgroup"
-	stageLimits = "rlimits"
-	stageNetns  = "netns"
-	stageLo     = "loopback"
-	stageCaps   = "capabilities"
-	stageIDs    = "uid/gid"
-	stageVerify = "verify"
-	stageDir    = "chdir"
-	stageExec   = "exec"
-)
-
-const stageSeccomp = "seccomp" // the system call filter (seccomp_linux.go)
-
-// initCalled is set when Init returned in this process, which proves the
-// binary calls it: New refuses to work otherwise, since the helper would
-// then be a second copy of the program running as root.
-var initCalled atomic.Bool
-
-// errProbed ends a probe's helper once the jail stands: New only wants to
+// errProbed ends a probe's helper once the jail stands: sandbox.New only wants to
 // know that it can be built.
 var errProbed = errors.New("probe done")
 
-// Init must be the first call in main (and in TestMain of a package that
-// runs sandboxed commands). In the sandbox's init helper it sets up the
-// sandbox, runs the command and exits with its status, never returning;
-// anywhere else it returns at once.
-func Init() {
-	if os.Getenv(initEnv) != "1" {
-		initCalled.Store(true)
+// init is the helper's whole life when this process is one: it sets up
+// the sandbox, runs the command and exits with its status. Anywhere else
+// it returns at once.
+func init() {
+	if os.Getenv(Env) != "1" {
 		return
 	}
-	ch := os.NewFile(initFD, "sandbox-init")
+	ch := os.NewFile(FD, "sandbox-init")
 	stage, err := enter(ch)
 	if errors.Is(err, errProbed) {
-		json.NewEncoder(ch).Encode(initReply{Started: true})
+		json.NewEncoder(ch).Encode(Reply{Started: true})
 		os.Exit(0)
 	}
 	msg, errno := "unknown failure", 0
@@ -75,8 +44,8 @@ func Init() {
 			errno = int(en)
 		}
 	}
-	json.NewEncoder(ch).Encode(initReply{Stage: stage, Msg: msg, Errno: errno})
-	os.Exit(initStart)
+	json.NewEncoder(ch).Encode(Reply{Stage: stage, Msg: msg, Errno: errno})
+	os.Exit(ExitStart)
 }
 
 // enter does the helper's job. It starts as PID 1 of new mount, PID, IPC
@@ -90,28 +59,28 @@ func Init() {
 func enter(ch *os.File) (string, error) {
 	runtime.LockOSThread()
 	if os.Getuid() != 0 {
-		return stageSpec, errors.New("the init helper must start as root")
+		return StageSpec, errors.New("the init helper must start as root")
 	}
-	if len(os.Args) > 1 && os.Args[1] == spareArg {
+	if len(os.Args) > 1 && os.Args[1] == SpareArg {
 		if err := joinSpareGroups(ch, os.Args[2:]); err != nil {
-			return stageCgroup, err
+			return StageCgroup, err
 		}
 		if err := receiveStdio(ch); err != nil {
-			return stageSpec, err
+			return StageSpec, err
 		}
 		if err := takeNormalPriority(); err != nil {
-			return stageLimits, err
+			return StageLimits, err
 		}
 	}
-	var is initSpec
+	var is Spec
 	if err := json.NewDecoder(ch).Decode(&is); err != nil {
-		return stageSpec, err
+		return StageSpec, err
 	}
 	if !is.Probe && (is.UID == 0 || is.GID == 0 || len(is.Argv) == 0) {
-		return stageSpec, errors.New("refusing uid 0, gid 0 or an empty command")
+		return StageSpec, errors.New("refusing uid 0, gid 0 or an empty command")
 	}
 	if os.Getpid() != 1 {
-		return stageJail, errors.New("the init helper is not PID 1 of a PID namespace of its own")
+		return StageJail, errors.New("the init helper is not PID 1 of a PID namespace of its own")
 	}
 	// The jail's own folders and files are for everyone to read; what the
 	// command makes is its own.
@@ -122,8 +91,8 @@ func enter(ch *os.File) (string, error) {
 	pid := strconv.Itoa(os.Getpid())
 	for _, procs := range is.Cgroups {
 		// The pid is read in the writer's PID namespace: 1, the helper.
-		if err := writeCgroup(procs, pid); err != nil {
-			return stageCgroup, err
+		if err := WriteCgroup(procs, pid); err != nil {
+			return StageCgroup, err
 		}
 	}
 
@@ -136,73 +105,73 @@ func enter(ch *os.File) (string, error) {
 	}
 	for _, l := range limits {
 		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.val, Max: l.val}); err != nil {
-			return stageLimits, err
+			return StageLimits, err
 		}
 	}
 
 	if err := buildJail(&is); err != nil {
-		return stageJail, err
+		return StageJail, err
 	}
 	if is.Probe {
-		return stageJail, errProbed
+		return StageJail, errProbed
 	}
 	syscall.Umask(0o077)
 
 	switch {
 	case is.JoinNetns:
 		if err := joinNetns(); err != nil {
-			return stageJoinNetns, err
+			return StageJoinNetns, err
 		}
 	case !is.DenyNetwork:
 		// Allow always comes with a namespace of its own; never run a
 		// command on the host's network.
-		return stageJoinNetns, errors.New("no network namespace to join")
+		return StageJoinNetns, errors.New("no network namespace to join")
 	}
 
 	if is.DenyNetwork {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			return stageNetns, err
+			return StageNetns, err
 		}
-		if err := loopbackUp(); err != nil {
-			return stageLo, err
+		if err := LoopbackUp(); err != nil {
+			return StageLo, err
 		}
 	}
 
 	if err := dropCapabilities(); err != nil {
-		return stageCaps, err
+		return StageCaps, err
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return stageCaps, err
+		return StageCaps, err
 	}
 	// The syscall package changes the ids of every thread.
 	if err := syscall.Setgroups(nil); err != nil {
-		return stageIDs, err
+		return StageIDs, err
 	}
 	if err := syscall.Setresgid(int(is.GID), int(is.GID), int(is.GID)); err != nil {
-		return stageIDs, err
+		return StageIDs, err
 	}
 	if err := syscall.Setresuid(int(is.UID), int(is.UID), int(is.UID)); err != nil {
-		return stageIDs, err
+		return StageIDs, err
 	}
 	if err := verify(is.UID, is.GID); err != nil {
-		return stageVerify, err
+		return StageVerify, err
 	}
 
 	// As the session's user, so a folder it may not enter is refused.
 	if err := os.Chdir(is.Dir); err != nil {
-		return stageDir, err
+		return StageDir, err
 	}
 	path, err := lookPath(is.Argv[0], is.Env)
 	if err != nil {
-		return stageExec, err
+		return StageExec, err
 	}
 	if err := resetSignals(); err != nil {
-		return stageExec, err
+		return StageExec, err
 	}
 	// Nothing but stdin, stdout and stderr goes to the command.
-	if err := unix.CloseRange(initFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+	if err := unix.CloseRange(FD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		if err := cloexecAll(); err != nil {
-			return stageExec, err
+			return StageExec, err
 		}
 	}
 
@@ -210,7 +179,7 @@ func enter(ch *os.File) (string, error) {
 	// fork, so the command inherits it; the helper itself needs nothing
 	// the filter refuses from here on (wait4, kill, write, exit).
 	if err := installSeccomp(); err != nil {
-		return stageSeccomp, err
+		return StageSeccomp, err
 	}
 
 	forward := make(chan os.Signal, 4)
@@ -224,8 +193,8 @@ func enter(ch *os.File) (string, error) {
 	// whenever its runtime needed memory meanwhile.
 	argv := is.Argv
 	if is.MaxData > 0 {
-		argv = append([]string{prlimitPath, fmt.Sprintf("--data=%d:%d", is.MaxData, is.MaxData), "--", path}, is.Argv[1:]...)
-		path = prlimitPath
+		argv = append([]string{PrlimitPath, fmt.Sprintf("--data=%d:%d", is.MaxData, is.MaxData), "--", path}, is.Argv[1:]...)
+		path = PrlimitPath
 	}
 	child, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Dir: is.Dir, Env: is.Env, Files: []uintptr{0, 1, 2},
@@ -234,9 +203,9 @@ func enter(ch *os.File) (string, error) {
 		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: is.TTY, Ctty: 0},
 	})
 	if err != nil {
-		return stageExec, fmt.Errorf("%s: %w", is.Argv[0], err)
+		return StageExec, fmt.Errorf("%s: %w", is.Argv[0], err)
 	}
-	json.NewEncoder(ch).Encode(initReply{Started: true})
+	json.NewEncoder(ch).Encode(Reply{Started: true})
 	os.Exit(supervise(ch, child, forward))
 	return "", nil
 }
@@ -260,7 +229,7 @@ func supervise(ch *os.File, child int, forward <-chan os.Signal) int {
 		}
 		if err != nil {
 			// No child left, which cannot be while the command runs.
-			return initStart
+			return ExitStart
 		}
 		if pid != child {
 			continue // an orphan
@@ -272,15 +241,15 @@ func supervise(ch *os.File, child int, forward <-chan os.Signal) int {
 			// PID 1 cannot die of a signal of its own, so the signal goes
 			// to the server in words and the exit code says it as a shell
 			// would.
-			json.NewEncoder(ch).Encode(initReply{Signal: int(ws.Signal())})
+			json.NewEncoder(ch).Encode(Reply{Signal: int(ws.Signal())})
 			return 128 + int(ws.Signal())
 		}
 	}
 }
 
-// loopbackUp brings up lo in the new network namespace (what `ip link set
+// LoopbackUp brings up lo in the new network namespace (what `ip link set
 // lo up` does), so servers a command starts on 127.0.0.1 are reachable.
-func loopbackUp() error {
+func LoopbackUp() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -433,10 +402,32 @@ func cloexecAll() error {
 	}
 	for _, e := range entries {
 		fd, err := strconv.Atoi(e.Name())
-		if err != nil || fd < initFD {
+		if err != nil || fd < FD {
 			continue
 		}
 		unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
 	}
 	return nil
+}
+
+// joinNetns puts the init helper's thread into the namespace the server
+// made for it.
+func joinNetns() error {
+	if err := unix.Setns(NetnsFD, unix.CLONE_NEWNET); err != nil {
+		return err
+	}
+	return unix.Close(NetnsFD)
+}
+
+// WriteCgroup writes value to a cgroup's file path.
+func WriteCgroup(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
