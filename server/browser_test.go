@@ -661,10 +661,13 @@ func TestBrowserDashboardMeterMoves(t *testing.T) {
 	if !strings.Contains(out.Stdout, "ran") {
 		t.Fatalf("command: %+v", out)
 	}
-	u, err := h.app.Meter.Usage(t.Context(), id)
-	if err != nil || u.Used == 0 {
-		t.Fatalf("usage after the command: %+v %v", u, err)
-	}
+	// The answer does not wait for the meter's settling.
+	var u meter.Usage
+	wait.For(t, wait.Short, "the command's sandbox time settled", func() bool {
+		var err error
+		u, err = h.app.Meter.Usage(t.Context(), id)
+		return err == nil && u.Used > 0
+	})
 	moves("used", strconv.FormatInt(u.Used, 10), ended)
 	moves("reserved", "0", ended)
 	if text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#commands`))); !strings.Contains(text, "sleep 2; echo ran") || strings.Contains(text, "\nran") {

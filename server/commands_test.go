@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -285,6 +286,77 @@ func commandsAreMetered(t *testing.T, h *harness) {
 	page := readBody(owner.get(base+"/commands", header{"HX-Request": "true"}))
 	if !strings.Contains(page, `class="meter warn"`) {
 		t.Fatalf("no warning near the cap:\n%s", page)
+	}
+}
+
+// TestTheAnswerDoesNotWaitForTheMeter: a command is answered before its
+// sandbox time is settled (a transaction of several statements), while the
+// history, which shows the project's usage, waits for the settling: the
+// page never reads a reservation its command no longer holds.
+func TestTheAnswerDoesNotWaitForTheMeter(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t)
+	owner, id := editable(t, h)
+	_, base := owner.session(id)
+	type history struct {
+		Commands []models.SessionCommand
+		Usage    struct{ Used, Reserved int64 }
+	}
+	if out, _ := owner.run(base, "true", ""); out.ExitCode != 0 {
+		t.Fatal("first command failed")
+	}
+	if hist := decode[history](t, owner.get(base+"/commands", jsonAccept)); hist.Usage.Reserved != 0 || hist.Usage.Used == 0 {
+		t.Fatalf("after the first command: %+v", hist)
+	}
+
+	// The test holds the project's row of its paid tail, which a settling
+	// writes and nothing before it on a command's way does.
+	locked, release := make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		held <- h.store.Tx(context.Background(), func(tx *models.Store) error {
+			if err := tx.Exec(context.Background(), `SELECT project_id FROM sandbox_awake WHERE project_id = ? FOR UPDATE`, id); err != nil {
+				return err
+			}
+			close(locked)
+			<-release
+			return nil
+		})
+	}()
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce)
+	select {
+	case <-locked:
+	case err := <-held:
+		t.Fatalf("holding the project's tail: %v", err)
+	}
+
+	answered := make(chan commandJSON, 1)
+	go func() {
+		out, _ := owner.run(base, "echo answered", "")
+		answered <- out
+	}()
+	select {
+	case out := <-answered:
+		if out.Stdout != "answered\n" {
+			t.Fatalf("the command: %+v", out)
+		}
+	case <-time.After(wait.Short.Duration()):
+		t.Fatal("the answer waited for the meter's settling")
+	}
+	listed := make(chan *http.Response, 1)
+	go func() { listed <- owner.get(base+"/commands", jsonAccept) }()
+	select {
+	case res := <-listed:
+		t.Fatalf("the history answered before the command's time was settled: %d %s", res.StatusCode, readBody(res))
+	case <-time.After(300 * time.Millisecond):
+	}
+	releaseOnce()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if hist := decode[history](t, <-listed); hist.Usage.Reserved != 0 || len(hist.Commands) != 2 {
+		t.Fatalf("the history after the settling: %+v", hist)
 	}
 }
 

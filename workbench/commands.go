@@ -69,7 +69,9 @@ type CommandResult struct {
 
 // RunCommand runs command in folder of the session's checkout as the
 // session's user, then turns what it changed into edits. It reserves
-// sandbox time first and settles it after, and audits the command. While
+// sandbox time first and settles it once the command is answered (the
+// project's next command and history wait for that), and audits the
+// command before the answer. While
 // it runs, its output streams to whoever follows CommandOutput.
 //
 // Once it has started, the command runs to its end (or its timeout, or
@@ -107,6 +109,11 @@ func (r *Runtime) RunCommand(ctx context.Context, session Session, command, fold
 	}
 	ctx = context.WithoutCancel(ctx)
 
+	// What the project's earlier commands reserved is settled first, so
+	// this reservation is weighed against what they used, not held.
+	if err := r.settles.wait(ctx, sess.ProjectID); err != nil {
+		return nil, err
+	}
 	reserved, err := r.sb.Meter.Reserve(ctx, sess.ProjectID, r.sb.Instance)
 	if err != nil {
 		return nil, err
@@ -127,15 +134,15 @@ func (r *Runtime) RunCommand(ctx context.Context, session Session, command, fold
 	out, runErr := r.runInCheckout(runCtx, sess, uid, command, folder, live.out)
 	end := r.now()
 	done()
-	// Settling and the audit row are independent: they go to the
-	// database side by side, and the answer waits for both.
-	var settled sync.WaitGroup
-	defer settled.Wait()
-	settled.Go(func() {
+	// The answer waits for the audit row (the history the page reloads
+	// shows the command), not for the settling (r.settles).
+	settled := r.settles.begin(sess.ProjectID)
+	go func() {
+		defer settled()
 		if _, err := r.sb.Meter.Settle(ctx, reserved, start, end); err != nil {
 			r.log.Error("sandbox time not settled", "session", sess.ID, "err", err)
 		}
-	})
+	}()
 	if runErr != nil {
 		return nil, runErr
 	}
@@ -283,6 +290,9 @@ func (r *Runtime) History(ctx context.Context, session Session) ([]models.Sessio
 	sess := session.Identity()
 	cmds, err := r.db.SessionCommands(ctx, sess.ID, historyLength)
 	if err != nil {
+		return cmds, meter.Usage{}, err
+	}
+	if err := r.settles.wait(ctx, sess.ProjectID); err != nil {
 		return cmds, meter.Usage{}, err
 	}
 	usage, err := r.sb.Meter.Usage(ctx, sess.ProjectID)

@@ -118,6 +118,8 @@ type Runtime struct {
 	// warms counts them for Close.
 	warming chan struct{}
 	warms   sync.WaitGroup
+	// settles are the meter's settlings of answered commands.
+	settles settles
 }
 
 // RuntimeOptions are what a Runtime works with.
@@ -402,6 +404,9 @@ func (r *Runtime) Close(ctx context.Context) error {
 	r.checkouts.mu.Lock()
 	clear(r.checkouts.live)
 	r.checkouts.mu.Unlock()
+	// Every command has returned (its session's lock, above, or the
+	// server's requests before Close), so every settling has begun.
+	r.settles.all.Wait()
 	errs = append(errs, r.sb.Provider.Close(ctx))
 	return errors.Join(errs...)
 }

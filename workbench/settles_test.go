@@ -1,0 +1,46 @@
+package workbench
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// A project's settlings under way hold up its waiters until the last of
+// them ends, and nobody else's; a waiter whose context ends goes.
+func TestSettlesWaitForTheirProject(t *testing.T) {
+	var s settles
+	if err := s.wait(t.Context(), 1); err != nil {
+		t.Fatalf("nothing under way: %v", err)
+	}
+	first, second := s.begin(1), s.begin(1)
+	end := s.begin(2)
+	if err := s.wait(t.Context(), 3); err != nil {
+		t.Fatalf("another project waited: %v", err)
+	}
+
+	waited := make(chan error, 1)
+	go func() { waited <- s.wait(context.Background(), 1) }()
+	first()
+	select {
+	case err := <-waited:
+		t.Fatalf("the wait ended with a settling still under way: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	second()
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := s.wait(ctx, 2); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled wait: %v", err)
+	}
+	end()
+	s.all.Wait() // every settling ended: Close's wait returns
+	if len(s.pending) != 0 {
+		t.Fatalf("settlings left: %v", s.pending)
+	}
+}
