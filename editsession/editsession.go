@@ -364,7 +364,16 @@ func ownOpen(cs *models.CodeSession, err error, acc *projects.Access) error {
 // expired session is ended here and the caller gets a *GoneError. touch
 // says whether the request counts as activity.
 func (s *Sessions) Get(ctx context.Context, acc *projects.Access, id string, touch bool) (*Session, error) {
-	cs, err := s.db.SessionByID(ctx, id)
+	return s.GetRead(ctx, acc, id, nil, touch)
+}
+
+// GetRead is Get of a session whose row the caller may have read already
+// (projects.Service.AuthorizeSession); nil reads it here.
+func (s *Sessions) GetRead(ctx context.Context, acc *projects.Access, id string, cs *models.CodeSession, touch bool) (*Session, error) {
+	var err error
+	if cs == nil || cs.ID != id {
+		cs, err = s.db.SessionByID(ctx, id)
+	}
 	if err := ownOpen(cs, err, acc); err != nil {
 		return nil, err
 	}

@@ -326,11 +326,16 @@ func (h *EditSessions) Keepalive(c *gin.Context) error {
 // too, gets 404 before any permission is weighed; an owner who has lost the
 // right to edit gets 403.
 func (h *EditSessions) session(c *gin.Context, touch bool) (*editsession.Session, error) {
-	acc, err := access(c, h.Projects, auth.CodeRead)
+	id, err := projectID(c)
 	if err != nil {
 		return nil, err
 	}
-	sess, err := h.Sessions.Get(c.Request.Context(), acc, c.Param("sid"), touch)
+	ctx, sid := c.Request.Context(), c.Param("sid")
+	acc, cs, err := h.Projects.AuthorizeSession(ctx, auth.User(c), id, sid, auth.CodeRead)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := h.Sessions.GetRead(ctx, acc, sid, cs, touch)
 	if err != nil {
 		return nil, err
 	}

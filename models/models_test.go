@@ -3,6 +3,9 @@ package models_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,5 +207,67 @@ func TestFirstUserIsCreatedOnce(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("%d concurrent first starts created the admin, want exactly 1", n)
+	}
+}
+
+// One round trip reads what ProjectOfMember and SessionByID read apart,
+// field for field, and finds nothing when the session is another
+// project's or the person no member.
+func TestProjectAndSessionOfMember(t *testing.T) {
+	s := dbtest.Store(t)
+	ctx := context.Background()
+	u := owner(t, s)
+	stranger := &models.User{Username: "stranger", PasswordHash: "x"}
+	if err := s.CreateUser(ctx, stranger); err != nil {
+		t.Fatal(err)
+	}
+	var ps [2]models.Project
+	for i := range ps {
+		ps[i] = models.Project{Name: fmt.Sprintf("p%d", i), WorkspaceDirName: fmt.Sprintf("p%d", i), WorkspaceMode: models.ModeContainer}
+		if err := s.CreateProject(ctx, &ps[i], u.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slot, reason, closed := int32(7), "idle", time.Now().Add(-time.Minute).Round(time.Microsecond)
+	cs := &models.CodeSession{ID: "edit_" + strings.Repeat("1", 32), ProjectID: ps[0].ID, UserID: u.ID, BaseCommit: strings.Repeat("a", 40),
+		State: models.SessionOpen, OpenedAt: closed.Add(-time.Hour), LastSeenAt: closed, SandboxSlot: &slot}
+	if err := s.CreateSession(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	// Every field set, the nullable ones too.
+	if err := s.Exec(ctx, "UPDATE code_sessions SET state = ?, close_reason = ?, closed_at = ? WHERE id = ?", models.SessionClosed, reason, closed, cs.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	p, role, got, err := s.ProjectAndSessionOfMember(ctx, ps[0].ID, u.ID, cs.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantP, wantRole, err := s.ProjectOfMember(ctx, ps[0].ID, u.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.SessionByID(ctx, cs.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p, wantP) || role != wantRole || !reflect.DeepEqual(got, want) {
+		t.Fatalf("joined: %+v %q %+v\napart:  %+v %q %+v", p, role, got, wantP, wantRole, want)
+	}
+	if got.CloseReason == nil || *got.CloseReason != reason || got.ClosedAt == nil || got.SandboxSlot == nil || *got.SandboxSlot != slot {
+		t.Fatalf("nullable fields lost: %+v", got)
+	}
+
+	for name, c := range map[string]struct {
+		project, user int64
+		session       string
+	}{
+		"another project's session": {ps[1].ID, u.ID, cs.ID},
+		"a stranger":                {ps[0].ID, stranger.ID, cs.ID},
+		"no such session":           {ps[0].ID, u.ID, "edit_" + strings.Repeat("2", 32)},
+	} {
+		if _, _, _, err := s.ProjectAndSessionOfMember(ctx, c.project, c.user, c.session); !errors.Is(err, models.ErrNotFound) {
+			t.Errorf("%s: %v, want ErrNotFound", name, err)
+		}
 	}
 }

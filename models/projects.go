@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -289,6 +290,48 @@ func (s *Store) ProjectOfMember(ctx context.Context, projectID, userID int64) (*
 		return nil, "", fmt.Errorf("models: project %d of member %d: %w", projectID, userID, translate(err))
 	}
 	return &row.Project, row.Role, nil
+}
+
+// ProjectAndSessionOfMember is ProjectOfMember and SessionByID in one
+// round trip, for the requests of an edit session: the project, the
+// member's role and the session, which must be the project's. ErrNotFound
+// when any of the three is missing; the caller then asks for each alone to
+// learn which.
+func (s *Store) ProjectAndSessionOfMember(ctx context.Context, projectID, userID int64, sessionID string) (*Project, string, *CodeSession, error) {
+	columns, err := s.prefixedColumns(&CodeSession{}, "code_sessions", "s_") // the tag's embeddedPrefix
+	if err != nil {
+		return nil, "", nil, err
+	}
+	var row struct {
+		Project `gorm:"embedded"`
+		Role    string
+		Session CodeSession `gorm:"embedded;embeddedPrefix:s_"`
+	}
+	err = s.db.WithContext(ctx).Table("projects").
+		Select("projects.*, project_members.role, "+columns).
+		Joins("JOIN project_members ON project_members.project_id = projects.id AND project_members.user_id = ?", userID).
+		Joins("JOIN code_sessions ON code_sessions.project_id = projects.id AND code_sessions.id = ?", sessionID).
+		Where("projects.id = ?", projectID).
+		Take(&row).Error
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("models: session %s of project %d of member %d: %w", sessionID, projectID, userID, translate(err))
+	}
+	return &row.Project, row.Role, &row.Session, nil
+}
+
+// prefixedColumns is the select list "table.col AS prefix_col, ..." of
+// every field of model, so that a row joined with another table's keeps
+// the model whole as its fields change.
+func (s *Store) prefixedColumns(model any, table, prefix string) (string, error) {
+	stmt := &gorm.Statement{DB: s.db}
+	if err := stmt.Parse(model); err != nil {
+		return "", fmt.Errorf("models: columns of %T: %w", model, err)
+	}
+	cols := make([]string, len(stmt.Schema.DBNames))
+	for i, name := range stmt.Schema.DBNames {
+		cols[i] = table + "." + name + " AS " + prefix + name
+	}
+	return strings.Join(cols, ", "), nil
 }
 
 // ProjectMember is a member with the user's name, for listing.

@@ -176,6 +176,30 @@ func (s *Service) Authorize(ctx context.Context, user *models.User, projectID in
 	return &Access{Project: p, User: user, Role: auth.Role(role)}, nil
 }
 
+// AuthorizeSession is Authorize for a request of the edit session
+// sessionID, with the session's row read in the same round trip. The row
+// is nil when that read found nothing (no such session, or another
+// project's): the caller reads it alone to say why.
+func (s *Service) AuthorizeSession(ctx context.Context, user *models.User, projectID int64, sessionID string, action auth.Action) (*Access, *models.CodeSession, error) {
+	if user == nil {
+		return nil, nil, auth.ErrSignInRequired
+	}
+	gen := s.roles.generation()
+	p, role, cs, err := s.store.ProjectAndSessionOfMember(ctx, projectID, user.ID, sessionID)
+	if errors.Is(err, models.ErrNotFound) {
+		acc, err := s.Authorize(ctx, user, projectID, action)
+		return acc, nil, err
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	s.remember(memberKey{project: projectID, user: user.ID}, p, role, gen)
+	if err := verdict(auth.Role(role), p.Archived(), action); err != nil {
+		return nil, nil, err
+	}
+	return &Access{Project: p, User: user, Role: auth.Role(role)}, cs, nil
+}
+
 // List returns the projects user belongs to.
 func (s *Service) List(ctx context.Context, user *models.User) ([]models.MemberProject, error) {
 	return s.store.ProjectsOf(ctx, user.ID)
