@@ -17,14 +17,17 @@ import (
 	"atelier/sandbox/injail"
 )
 
-// A helper spends most of its start-up in the Go runtime and the package
-// set-up of this (large) binary, before it reads a word of its
-// instructions. A Spare is a helper started ahead of a command, for one
-// session, waiting for them: the command then pays only for the jail.
+// A helper spends a few milliseconds starting (the Go runtime), and a
+// command's jail a few more before the command runs. A Spare is a helper
+// started ahead of a command, for one session, waiting for them: the
+// command then pays only for the jail, and not for the parts of it the
+// spare makes while it waits (its network namespace with its loopback up,
+// the forwarding of stop signals).
 //
 // It is started in fresh PID, mount, IPC and UTS namespaces like any
-// helper, so its mount namespace is a copy of the server's at that
-// moment: it sees the mounts made before (the session's disk and
+// helper, and a network namespace of its own since only commands without
+// the network take a spare. Its mount namespace is a copy of the server's
+// at that moment: it sees the mounts made before (the session's disk and
 // checkout), not those made after. Its owner ends it when those change.
 // It holds nothing of any session until Run hands it a command, it runs
 // one command only, and it ends with the server (its socket closes).
@@ -69,6 +72,9 @@ func (s *Sandbox) Spare(uid uint32) (*Spare, error) {
 	}
 	cmd := s.helper()
 	cmd.Args = []string{injail.Arg0, injail.SpareArg}
+	// Only commands without the network take a spare (Run): its own
+	// network namespace is made now, not on the command's way.
+	cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWNET
 	if s.cg != nil {
 		procs, err := s.cg.ensure(uid)
 		if err != nil {

@@ -75,8 +75,14 @@ func TestSpareRunsOneCommandInTheSameJail(t *testing.T) {
 	if len(spareHelpers(t)) != 1 {
 		t.Fatalf("spare helpers %v, want one", spareHelpers(t))
 	}
-	plain := s.mustRun(t, "ls -A /; id -u")
-	spec := s.spec("ls -A /; id -u; echo to-stderr >&2; touch /workspace/by-spare; exit 3")
+	// The network as a command without it sees it: loopback up (a closed
+	// port refuses), nothing else (no route out).
+	const network = "(exec 3<>/dev/tcp/127.0.0.1/9) 2>&1 | tail -n 1; (exec 3<>/dev/tcp/192.0.2.1/9) 2>&1 | tail -n 1"
+	plain := s.mustRun(t, "ls -A /; id -u; "+network)
+	if !strings.Contains(plain, "Connection refused") || !strings.Contains(plain, "Network is unreachable") {
+		t.Fatalf("a command without the network, no spare:\n%s", plain)
+	}
+	spec := s.spec("ls -A /; id -u; " + network + "; echo to-stderr >&2; touch /workspace/by-spare; exit 3")
 	spec.Spare = spare
 	res, err := sb.Run(context.Background(), spec, sandbox.Limits{Timeout: 30 * time.Second})
 	if err != nil {

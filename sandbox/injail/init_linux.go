@@ -61,7 +61,16 @@ func enter(ch *os.File) (string, error) {
 	if os.Getuid() != 0 {
 		return StageSpec, errors.New("the init helper must start as root")
 	}
-	if len(os.Args) > 1 && os.Args[1] == SpareArg {
+	// A spare (spare_linux.go) is cloned into a network namespace of its
+	// own, since only commands without the network take one, and makes
+	// ahead what the command would otherwise wait for.
+	spare := len(os.Args) > 1 && os.Args[1] == SpareArg
+	var stops chan os.Signal
+	if spare {
+		if err := LoopbackUp(); err != nil {
+			return StageLo, err
+		}
+		stops = forwardedStops()
 		if err := joinSpareGroups(ch, os.Args[2:]); err != nil {
 			return StageCgroup, err
 		}
@@ -128,7 +137,7 @@ func enter(ch *os.File) (string, error) {
 		return StageJoinNetns, errors.New("no network namespace to join")
 	}
 
-	if is.DenyNetwork {
+	if is.DenyNetwork && !spare {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			return StageNetns, err
 		}
@@ -182,8 +191,9 @@ func enter(ch *os.File) (string, error) {
 		return StageSeccomp, err
 	}
 
-	forward := make(chan os.Signal, 4)
-	signal.Notify(forward, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	if stops == nil {
+		stops = forwardedStops()
+	}
 	// Without a memory cgroup, RLIMIT_DATA (not RLIMIT_AS: Go and JVM
 	// tools reserve far more address space than they use) is set by
 	// prlimit(1), which lowers its own limit and then execs the command,
@@ -206,8 +216,16 @@ func enter(ch *os.File) (string, error) {
 		return StageExec, fmt.Errorf("%s: %w", is.Argv[0], err)
 	}
 	json.NewEncoder(ch).Encode(Reply{Started: true})
-	os.Exit(supervise(ch, child, forward))
+	os.Exit(supervise(ch, child, stops))
 	return "", nil
+}
+
+// forwardedStops catches the stop signals the server sends the helper, for
+// supervise to pass on to the command.
+func forwardedStops() chan os.Signal {
+	stops := make(chan os.Signal, 4)
+	signal.Notify(stops, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	return stops
 }
 
 // supervise is PID 1's life once the command runs: it passes the stop
