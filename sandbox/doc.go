@@ -36,7 +36,8 @@
 //     pivots into it and detaches the host's root. A host that cannot
 //     build it makes New log why and every command fail with
 //     ErrUnavailable;
-//   - for Network deny, unshares a network namespace and brings lo up, or
+//   - for Network deny, unshares a network namespace and brings lo up (a
+//     spare was cloned into one and brought its lo up while it waited), or
 //     refuses the command (ErrNetworkUnenforceable), never running open;
 //     for Network allow, joins the namespace the server made for it behind
 //     slirp4netns and an egress filter (egress_linux.go), or refuses
