@@ -406,7 +406,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	r.checkouts.mu.Unlock()
 	// Every command has returned (its session's lock, above, or the
 	// server's requests before Close), so every settling has begun.
-	r.settles.all.Wait()
+	errs = append(errs, r.settles.waitAll(ctx))
 	errs = append(errs, r.sb.Provider.Close(ctx))
 	return errors.Join(errs...)
 }

@@ -38,9 +38,27 @@ func TestSettlesWaitForTheirProject(t *testing.T) {
 	if err := s.wait(ctx, 2); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled wait: %v", err)
 	}
+	all := make(chan error, 1)
+	go func() { all <- s.waitAll(context.Background()) }()
+	select {
+	case err := <-all:
+		t.Fatalf("Close's wait ended with a settling under way: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
 	end()
-	s.all.Wait() // every settling ended: Close's wait returns
+	if err := <-all; err != nil {
+		t.Fatal(err)
+	}
 	if len(s.pending) != 0 {
 		t.Fatalf("settlings left: %v", s.pending)
+	}
+	// Settlings may begin again after Close's wait, which then waits anew.
+	again := s.begin(1)
+	if err := s.waitAll(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled wait for all: %v", err)
+	}
+	again()
+	if err := s.waitAll(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
