@@ -71,8 +71,8 @@ type CommandResult struct {
 // session's user, then turns what it changed into edits. It reserves
 // sandbox time first and settles it once the command is answered (the
 // project's next command and history wait for that), and audits the
-// command before the answer. While
-// it runs, its output streams to whoever follows CommandOutput.
+// command before the answer. While it runs, its output streams to
+// whoever follows CommandOutput.
 //
 // Once it has started, the command runs to its end (or its timeout, or
 // CancelCommands) whether or not ctx ends: a page that reloads follows it
