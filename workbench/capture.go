@@ -166,11 +166,15 @@ func (pe *pendingEdit) version() string {
 
 // capturer is one capture of a checkout.
 type capturer struct {
-	ctx      context.Context
-	r        *Runtime
-	sess     editsession.Identity
-	co       *checkout
-	base     map[string]gitsvc.Entry
+	ctx  context.Context
+	r    *Runtime
+	sess editsession.Identity
+	co   *checkout
+	base map[string]gitsvc.Entry
+	// The budget counts from the walk's first entry: a provider that
+	// must start something first (a pod's helper, through exec) gives
+	// the capture as long to look as one that walks at once.
+	budget   time.Duration
 	deadline time.Time
 	// seen is what the last capture learned, next what this one passes on.
 	seen, next  map[string]seenFile
@@ -206,7 +210,8 @@ type capturer struct {
 // new paths once the session's path limit is reached, remembers what it
 // read and what it left out by each file's FileStat so the next capture
 // does not read them again, holds at most CaptureDepth descriptors, and
-// stops when its budget (Sandboxes.CaptureBudget) runs out.
+// stops when its budget (Sandboxes.CaptureBudget), counted from the
+// walk's first entry, runs out.
 func (r *Runtime) capture(ctx context.Context, sess editsession.Identity, co *checkout) (*captureReport, error) {
 	// Only the instance holding the session's runtime turns its files into
 	// edits: one declared gone while a command ran here, whose claim
@@ -221,7 +226,7 @@ func (r *Runtime) capture(ctx context.Context, sess editsession.Identity, co *ch
 	}
 	budget := cmp.Or(r.sb.CaptureBudget, DefaultCaptureBudget)
 	began := time.Now() // the kernel's clock, which stamps ctime
-	c := &capturer{ctx: ctx, r: r, sess: sess, co: co, base: base, deadline: began.Add(budget),
+	c := &capturer{ctx: ctx, r: r, sess: sess, co: co, base: base, budget: budget,
 		seen: co.seen, next: map[string]seenFile{}, trustBefore: began.Add(-racyMargin).UnixNano(),
 		expect: map[string]bool{}, editFolders: map[string]bool{}, unwalked: map[string]bool{},
 		rep: captureReport{budget: budget}}
@@ -285,7 +290,9 @@ func (c *capturer) visit(e sandbox.Entry) error {
 	if err := c.ctx.Err(); err != nil {
 		return err
 	}
-	if time.Now().After(c.deadline) {
+	if now := time.Now(); c.deadline.IsZero() {
+		c.deadline = now.Add(c.budget)
+	} else if now.After(c.deadline) {
 		c.rep.cut = true
 		return fs.SkipAll
 	}
