@@ -22,9 +22,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"atelier/sandbox/injail"
-
 	"atelier/internal/txwatch"
+	"atelier/sandbox/injail"
 )
 
 // startWait bounds the helper's set-up, from its start to the exec of the

@@ -11,8 +11,9 @@ import (
 )
 
 // A spare is a helper started ahead of its command (the server's side is
-// sandbox.Spare): it joins its uid's cgroups at once and waits, at a low
-// priority, for the command's stdout and stderr and then its Spec.
+// sandbox.Spare): it makes what it can ahead (enter), joins its uid's
+// cgroups and waits, at a low priority, for the command's stdout and
+// stderr and then its Spec.
 
 // takeNormalPriority is a spare's first step once it has a command: the
 // jail and the command run at the normal priority. Only this thread's
@@ -65,7 +66,7 @@ func receiveStdio(ch *os.File) error {
 	return nil
 }
 
-// joinSpareGroups is the spare helper's first step: it joins the cgroups
+// joinSpareGroups is how a spare helper gets ready: it joins the cgroups
 // the server named (every process of the command then starts inside), and
 // says so.
 func joinSpareGroups(ch *os.File, procs []string) error {
