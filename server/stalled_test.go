@@ -198,8 +198,19 @@ func TestStalledReadersOfProjectEvents(t *testing.T) {
 // places are free again. The hints are gathered for 10 µs instead of
 // 100 ms, so each event becomes hints of its own, however fast the events
 // come.
+//
+// A hint names no event, so the flood cannot tell how far behind the
+// honest dashboard is, only that it still reads; each event makes up to
+// two hints, and a reader starved on a loaded machine fell past the
+// default queue of 256 and was dropped with a resync. The queue is made
+// long enough for such a reader here: the stalled dashboards, whose
+// sockets take nothing, are dropped by their write deadline all the same,
+// and falling behind a queue is TestFallingBehindEndsWithResync's.
 func TestStalledReadersOfDashboard(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Events.HintDelay = 10 * time.Microsecond })
+	h := newHarness(t, func(c *Config) {
+		c.Events.HintDelay = 10 * time.Microsecond
+		c.Events.Queue = 1 << 16
+	})
 	root := h.user("root-admin", true)
 	other := h.user("other-admin", true)
 	for range limits.StreamsPerAccount {
@@ -215,15 +226,26 @@ func TestStalledReadersOfDashboard(t *testing.T) {
 	got := lines(res)
 	var mu sync.Mutex
 	var hints []time.Time
+	var resync bool
 	go func() {
 		for l := range got {
-			if l.text == "event: "+events.TopicFeed {
-				mu.Lock()
+			mu.Lock()
+			switch l.text {
+			case "event: " + events.TopicFeed:
 				hints = append(hints, l.at)
-				mu.Unlock()
+			case "event: " + events.Resync:
+				resync = true
 			}
+			mu.Unlock()
 		}
 	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if resync {
+			t.Error("the honest dashboard was dropped with a resync")
+		}
+	})
 	const count = 10_000
 	// The flood waits for a hint after the event floodSlack before.
 	hinted := func(_ int, at time.Time) bool {
