@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,6 +35,24 @@ type Processes struct {
 	// UID, when set, is the user and group a container's commands run
 	// as, with no other group, as a pod's securityContext says.
 	UID func(containerID string) (uint32, error)
+
+	sent atomic.Int64 // see Sent
+}
+
+// Sent is how many bytes the commands have written to their exec streams'
+// stdout and stderr (not a TTY's): what crossed from the pods.
+func (p *Processes) Sent() int64 { return p.sent.Load() }
+
+// counted adds what passes through to n.
+type counted struct {
+	io.WriteCloser
+	n *atomic.Int64
+}
+
+func (c counted) Write(b []byte) (int, error) {
+	k, err := c.WriteCloser.Write(b)
+	c.n.Add(int64(k))
+	return k, err
 }
 
 var _ streaming.Runtime = (*Processes)(nil)
@@ -71,6 +90,12 @@ func (p *Processes) Exec(ctx context.Context, containerID string, argv []string,
 	if tty {
 		err = runTTY(cmd, in, out, resize)
 	} else {
+		if out != nil {
+			out = counted{out, &p.sent}
+		}
+		if errOut != nil {
+			errOut = counted{errOut, &p.sent}
+		}
 		err = runPiped(cmd, in, out, errOut)
 	}
 	if ctx.Err() != nil {
