@@ -66,14 +66,32 @@ func onKube(t *testing.T) func(*Config) {
 			t.Fatal(err)
 		}
 		uids := &podUIDs{next: c.Sandbox.UIDBase + c.Sandbox.UIDCount/2, of: map[string]uint32{}, folders: pods}
-		rc := kubeexec.Serve(t, &kubeexec.Processes{
+		processes := &kubeexec.Processes{
 			Dir: uids.folder, UID: uids.uid, Workspace: workspace,
 			Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home},
-		})
+		}
+		rc := kubeexec.Serve(t, processes)
 		kc := kube.Config{Namespace: "atelier-sandbox", Image: "rig", Helper: helper, Workspace: workspace, PoliciesEnforced: true}.Defaults()
 		c.Kube = &kc
 		c.kubeRig = &kubeAccess{rest: rc, api: fakeCluster(t)}
+		podRigs.Store(c.kubeRig, processes)
+		t.Cleanup(func() { podRigs.Delete(c.kubeRig) })
 	}
+}
+
+// podRigs holds each onKube cluster's exec runtime, by its kubeAccess.
+var podRigs sync.Map
+
+// podBytes is what the pods of h's cluster have sent over exec so far:
+// in a pod, what a capture reads crosses there, and the server's own I/O
+// counters would add the rig's reaped processes to it.
+func podBytes(t *testing.T, h *harness) int64 {
+	t.Helper()
+	p, ok := podRigs.Load(h.cfg.kubeRig)
+	if !ok {
+		t.Fatal("podBytes: the harness does not run on the rig's cluster")
+	}
+	return p.(*kubeexec.Processes).Sent()
 }
 
 // fakeCluster is client-go's fake API server, where a pod is running as

@@ -39,9 +39,6 @@ type Provider struct {
 	open    OpenSessions
 	log     *slog.Logger
 	grace   time.Duration // helperGrace; a test's shorter
-	// knownMargin (the constant; a test's none, as no test moves a
-	// file's ctime back).
-	knownMargin time.Duration
 
 	mu   sync.Mutex
 	live map[string]*podWorkspace // by session id
@@ -61,11 +58,10 @@ type OpenSessions func(ctx context.Context, ids []string) (map[string]bool, erro
 type podWorkspace struct {
 	pod      string
 	manifest []byte // JSON lines of inpod.Entry, as unpack reported them
-	// known are the files whose content an earlier Changed delivered, as
-	// the pod's kernel reported them: the helper does not send it again
-	// while they stay as they were, as a local capture does not read
-	// again a file whose stat it knows. Only Changed, which the session's
-	// checkout lock serializes, uses it.
+	// known are the files an earlier Changed met, as the pod's kernel
+	// reported them: while they stay as they were, the helper names each
+	// by a number rather than sending its entry again. Only Changed,
+	// which the session's checkout lock serializes, uses it.
 	known map[string]inpod.Entry
 }
 
@@ -86,11 +82,6 @@ const (
 	// knownMax bounds the files a workspace keeps as known (some 100
 	// bytes each); past it the rest are sent again each time.
 	knownMax = 100_000
-	// knownMargin is how long before the walk began a file must have
-	// last changed to be known: a write just after the helper read it
-	// could otherwise land in the same tick of the file system's clock,
-	// with the same ctime.
-	knownMargin = time.Second
 )
 
 // How long the server waits on a pod's helper: a command's own timeout
@@ -130,7 +121,7 @@ func New(cfg Config, rc *rest.Config, api dynamic.Interface, open OpenSessions, 
 func newProvider(cfg Config, api dynamic.Interface, exec *Exec, open OpenSessions, log *slog.Logger) *Provider {
 	ctx, stop := context.WithCancel(context.Background())
 	p := &Provider{cfg: cfg, cluster: newCluster(api, cfg), exec: exec, open: open, log: log,
-		live: map[string]*podWorkspace{}, stop: stop, grace: helperGrace, knownMargin: knownMargin}
+		live: map[string]*podWorkspace{}, stop: stop, grace: helperGrace}
 	p.loop.Go(func() { p.maintain(ctx) })
 	return p
 }
@@ -304,6 +295,11 @@ func (p *Provider) frames(ctx context.Context, pod string, argv []string, limit 
 	ran := make(chan error, 1)
 	go func() {
 		code, err := p.exec.Run(ctx, pod, argv, ExecOptions{Stdin: stdin, Stdout: in, Stderr: &stderr})
+		if requests, ok := stdin.(*io.PipeReader); ok {
+			// Whoever writes to the helper's input as it goes (Changed's
+			// requests) must not wait on an exec that ended.
+			requests.CloseWithError(io.ErrClosedPipe)
+		}
 		if err == nil && code != 0 {
 			err = fmt.Errorf("kube: the pod's helper exited %d: %s", code, stderr.String())
 		}
@@ -441,7 +437,10 @@ func (p *Provider) Start(_ context.Context, s sandbox.Session, cols, rows int) (
 }
 
 // Changed has the pod's helper compare the workspace with the manifest
-// and visits what differs, files with their content.
+// and visits what differs. The helper sends entries in batches and waits
+// after each: the visits of a batch read the files they want through it
+// (podLook.ReadFile), so no content crosses that the capture does not
+// read.
 func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int, visit func(sandbox.Entry) error) error {
 	ws, err := p.workspace(s)
 	if err != nil {
@@ -451,41 +450,31 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 		"-max-entries", strconv.Itoa(changesEntries), "-max-file", strconv.Itoa(changesFileMax),
 		"-max-bytes", strconv.Itoa(changesBytesMax), "-known"}
 	// The manifest and the known files, each section ended by an empty
-	// line: a stream that cannot close the helper's input (WebSocket v4)
-	// still ends it.
-	// The known files go by number: the helper names each one unchanged
-	// by its line alone.
+	// line (a stream that cannot close the helper's input, WebSocket v4,
+	// still ends it), then the requests. The known files go by number:
+	// the helper names each one unchanged by its line alone.
 	knownList := slices.Collect(maps.Values(ws.known))
-	var known bytes.Buffer
+	sections := bytes.NewBuffer(slices.Clip(ws.manifest))
+	sections.WriteByte('\n')
 	for _, e := range knownList {
 		line, _ := json.Marshal(e)
-		known.Write(line)
-		known.WriteByte('\n')
+		sections.Write(line)
+		sections.WriteByte('\n')
 	}
-	input := io.MultiReader(bytes.NewReader(ws.manifest), strings.NewReader("\n"), &known, strings.NewReader("\n"))
+	sections.WriteByte('\n')
+	input, requests := io.Pipe()
+	defer input.CloseWithError(io.ErrClosedPipe) // ends the copy below if the exec did not read it all
+	go func() { sections.WriteTo(requests) }()
+
+	w := &podWalk{visit: visit, requests: requests, met: map[string]inpod.Entry{}}
 	var status inpod.ChangesStatus
-	var skipped string // a folder visit skipped: nothing below it is visited
-	stopped := errors.New("visit stopped")
-	met := map[string]inpod.Entry{} // files whose content the server has: delivered now, or known before
-	var asked []string              // known files whose content a visit asked for
 	entries := 0
 	err = p.frames(ctx, ws.pod, p.helper("changes", args...), helperWork, input, &status, func(kind byte, payload []byte, fr *inpod.FrameReader) error {
-		if kind == inpod.FrameEntry || kind == inpod.FrameKnown {
-			// The helper is told the bound; one taken over may ignore it.
-			if entries++; entries > changesEntries {
-				return fmt.Errorf("the helper sent more than %d entries", changesEntries)
-			}
-		}
 		var e inpod.Entry
-		var content []byte
 		switch kind {
 		case inpod.FrameEntry:
 			if err := json.Unmarshal(payload, &e); err != nil {
 				return fmt.Errorf("a bad entry: %w", err)
-			}
-			var err error
-			if content, err = readContent(fr, e); err != nil {
-				return err
 			}
 		case inpod.FrameKnown:
 			n, err := strconv.Atoi(string(payload))
@@ -493,109 +482,159 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 				return fmt.Errorf("a known file of no line (%.20q)", payload)
 			}
 			e = knownList[n]
-			e.Content = false
+		case inpod.FrameAsk:
+			return w.visitBatch(fr)
 		default:
 			return nil
 		}
-		if skipped != "" && strings.HasPrefix(e.Path, skipped+"/") {
-			return nil
+		// The helper is told the bounds; one taken over may ignore them.
+		if entries++; entries > changesEntries {
+			return fmt.Errorf("the helper sent more than %d entries", changesEntries)
 		}
-		entry, ok := sandboxEntry(e, content)
-		if !ok {
-			return nil
+		if len(w.batch) == inpod.AskBatch {
+			return fmt.Errorf("the helper sent more than %d entries without asking", inpod.AskBatch)
 		}
-		if k, was := ws.known[e.Path]; (e.Content || was && sameFile(k, e)) && len(met) < knownMax {
-			met[e.Path] = e
-		}
-		if !e.Content {
-			look := entry.Look.(podLook)
-			look.asked = func() { asked = append(asked, e.Path) }
-			entry.Look = look
-		}
-		switch err := visit(entry); {
-		case errors.Is(err, fs.SkipDir):
-			skipped = e.Path
-		case errors.Is(err, fs.SkipAll):
-			return stopped
-		case err != nil:
-			return err
-		}
+		e.Content = false
+		w.batch = append(w.batch, e)
 		return nil
 	})
-	cut := errors.Is(err, stopped)
+	cut := errors.Is(err, errWalkStopped)
 	if err != nil && !cut {
 		return err
 	}
 	if status.Error != "" {
 		return fmt.Errorf("kube: changes in pod %s: %s", ws.pod, status.Error)
 	}
-	ws.known = knownAfter(ws.known, met, asked, cut, status.StartNs-p.knownMargin.Nanoseconds())
+	if !cut && len(w.batch) > 0 {
+		return fmt.Errorf("kube: changes in pod %s: the helper ended without asking for its last %d entries", ws.pod, len(w.batch))
+	}
+	ws.known = knownAfter(ws.known, w.met, cut)
 	return nil
 }
 
-// knownAfter is what a workspace knows after a walk: the files met whose
-// content the server has, changed long enough before the walk began
-// (before trustBefore, on the pod's clock), less those whose content a
-// visit asked for (the next walk sends it). A walk cut short keeps what
-// it did not reach.
-func knownAfter(before, met map[string]inpod.Entry, asked []string, cut bool, trustBefore int64) map[string]inpod.Entry {
-	after := make(map[string]inpod.Entry, len(met))
+// errWalkStopped is a visit's SkipAll, which ends the helper's walk.
+var errWalkStopped = errors.New("visit stopped")
+
+// podWalk is the server's side of a helper's changes: the batch since its
+// last ask, and what the visits have met so far.
+type podWalk struct {
+	visit    func(sandbox.Entry) error
+	requests io.Writer // the helper's input, past its sections
+	batch    []inpod.Entry
+	asks     int                    // batches visited: a read names a place in the batch of its ask
+	skipped  string                 // a folder a visit skipped: nothing below it is visited
+	met      map[string]inpod.Entry // files met, which the next walk names by number
+}
+
+// visitBatch visits the batch the helper asked after, each visit reading
+// through it what it wants, and lets the helper go on.
+func (w *podWalk) visitBatch(fr *inpod.FrameReader) error {
+	for i, e := range w.batch {
+		// Met whether visited or below a folder passed over: the next
+		// walk meets it, unchanged, as a number.
+		if e.Kind == inpod.KindFile && len(w.met) < knownMax {
+			w.met[e.Path] = e
+		}
+		if w.skipped != "" && strings.HasPrefix(e.Path, w.skipped+"/") {
+			continue
+		}
+		entry, ok := sandboxEntry(e)
+		if !ok {
+			continue
+		}
+		if e.Kind == inpod.KindFile {
+			ask := w.asks
+			entry.Look = podLook{e: e, read: func(buf []byte) (inpod.Entry, int, error) {
+				if ask != w.asks {
+					return inpod.Entry{}, 0, errLateRead
+				}
+				return w.read(fr, i, e.Path, buf)
+			}}
+		}
+		switch err := w.visit(entry); {
+		case errors.Is(err, fs.SkipDir):
+			w.skipped = e.Path
+		case errors.Is(err, fs.SkipAll):
+			return errWalkStopped
+		case err != nil:
+			return err
+		}
+	}
+	w.batch = w.batch[:0]
+	w.asks++
+	_, err := io.WriteString(w.requests, inpod.AskGoOn+"\n")
+	return err
+}
+
+// errLateRead is a read of a file after its visit: the helper no longer
+// waits on its batch.
+var errLateRead = errors.New("kube: a file of a walk read after its visit")
+
+// read asks the helper for the file at place i of the batch, and reads
+// its answer: the file as it is now, with its content, when it came, in
+// buf.
+func (w *podWalk) read(fr *inpod.FrameReader, i int, path string, buf []byte) (inpod.Entry, int, error) {
+	var a inpod.Entry
+	if _, err := fmt.Fprintf(w.requests, "%s%d\n", inpod.AskRead, i); err != nil {
+		return a, 0, err
+	}
+	kind, payload, err := fr.Next()
+	if err != nil {
+		return a, 0, err
+	}
+	if kind != inpod.FrameEntry {
+		return a, 0, fmt.Errorf("kube: the helper answered a read with a frame %q", kind)
+	}
+	if err := json.Unmarshal(payload, &a); err != nil {
+		return a, 0, fmt.Errorf("kube: a bad answer: %w", err)
+	}
+	if a.Path != path {
+		return a, 0, fmt.Errorf("kube: asked for %q, the helper answered for %q", path, a.Path)
+	}
+	n, err := readContent(fr, a, buf)
+	return a, n, err
+}
+
+// knownAfter is what a workspace knows after a walk: the files it met. A
+// walk cut short keeps what it did not reach.
+func knownAfter(before, met map[string]inpod.Entry, cut bool) map[string]inpod.Entry {
 	if cut {
 		for p, e := range before {
-			after[p] = e
+			if _, ok := met[p]; !ok && len(met) < knownMax {
+				met[p] = e
+			}
 		}
 	}
-	for p, e := range met {
-		if k, was := before[p]; was && sameFile(k, e) || e.CtimeNs < trustBefore {
-			after[p] = e
-		} else {
-			delete(after, p)
-		}
-	}
-	for _, p := range asked {
-		delete(after, p)
-	}
-	for p := range after {
-		if len(after) <= knownMax {
-			break
-		}
-		delete(after, p)
-	}
-	return after
+	return met
 }
 
-// sameFile says whether two entries of regular files have one content,
-// as the helper judges it.
-func sameFile(a, b inpod.Entry) bool {
-	return a.Ino == b.Ino && a.CtimeNs == b.CtimeNs && a.Size == b.Size && a.Mode == b.Mode
-}
-
-// readContent reads the content frames that follow an entry with
-// Content, at most changesFileMax bytes.
-func readContent(fr *inpod.FrameReader, e inpod.Entry) ([]byte, error) {
+// readContent reads the content frames that follow an answer with
+// Content (at most changesFileMax bytes), as much as fits into buf.
+func readContent(fr *inpod.FrameReader, e inpod.Entry, buf []byte) (int, error) {
 	if !e.Content {
-		return nil, nil
+		return 0, nil
 	}
 	if e.Size < 0 || e.Size > changesFileMax {
-		return nil, fmt.Errorf("an entry of %d bytes of content", e.Size)
+		return 0, fmt.Errorf("an answer of %d bytes of content", e.Size)
 	}
-	content := make([]byte, 0, e.Size)
-	for int64(len(content)) < e.Size {
+	got, n := int64(0), 0
+	for got < e.Size {
 		kind, payload, err := fr.Next()
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
-		if kind != inpod.FrameContent || int64(len(content)+len(payload)) > e.Size {
-			return nil, fmt.Errorf("content of %s does not match its size", e.Path)
+		if kind != inpod.FrameContent || got+int64(len(payload)) > e.Size {
+			return 0, fmt.Errorf("content of %s does not match its size", e.Path)
 		}
-		content = append(content, payload...)
+		got += int64(len(payload))
+		n += copy(buf[n:], payload)
 	}
-	return content, nil
+	return n, nil
 }
 
 // sandboxEntry is e as Changed's visit meets it; ok is false for an
 // entry whose path is not a clean relative one (a helper taken over).
-func sandboxEntry(e inpod.Entry, content []byte) (sandbox.Entry, bool) {
+func sandboxEntry(e inpod.Entry) (sandbox.Entry, bool) {
 	if e.Path == "" || strings.HasPrefix(e.Path, "/") || strings.Contains("/"+e.Path+"/", "/../") ||
 		strings.Contains("/"+e.Path+"/", "/./") || strings.Contains(e.Path, "//") {
 		return sandbox.Entry{}, false
@@ -606,34 +645,41 @@ func sandboxEntry(e inpod.Entry, content []byte) (sandbox.Entry, bool) {
 	if !ok {
 		return sandbox.Entry{}, false
 	}
-	return sandbox.Entry{Path: e.Path, Kind: kind, TooDeep: e.TooDeep, Look: podLook{e: e, content: content}}, true
+	return sandbox.Entry{Path: e.Path, Kind: kind, TooDeep: e.TooDeep, Look: podLook{e: e}}, true
 }
 
-// podLook is an entry as the pod's helper reported it.
+// podLook is an entry as the pod's helper reported it; a file's is read
+// through the helper while it waits on the entry's batch.
 type podLook struct {
-	e       inpod.Entry
-	content []byte
-	asked   func() // a read of content that did not come
+	e    inpod.Entry
+	read func(buf []byte) (inpod.Entry, int, error)
 }
 
-func (l podLook) Stat() (sandbox.FileStat, error) {
-	return sandbox.FileStat{Regular: l.e.Kind == inpod.KindFile, Ino: l.e.Ino, Size: l.e.Size, Mode: l.e.Mode,
-		MtimeNsec: l.e.MtimeNs, CtimeNsec: l.e.CtimeNs}, nil
+func (l podLook) Stat() (sandbox.FileStat, error) { return statOf(l.e), nil }
+
+func statOf(e inpod.Entry) sandbox.FileStat {
+	return sandbox.FileStat{Regular: e.Kind == inpod.KindFile, Ino: e.Ino, Size: e.Size, Mode: e.Mode,
+		MtimeNsec: e.MtimeNs, CtimeNsec: e.CtimeNs}
 }
 
-// ReadFile gives the content the helper sent. A file within the bound
-// whose content did not come (the walk's byte budget spent, or known from
-// an earlier walk) is EAGAIN: the capture passes over it, and the next
-// walk sends it.
+// ReadFile reads the file as it is now. One gone since the walk met it
+// is fs.ErrNotExist; one within the bound whose content did not come
+// (changed while the helper read it, or the walk's byte budget spent) is
+// EAGAIN: the capture passes over either, and the next walk sees it.
 func (l podLook) ReadFile(buf []byte) (int, sandbox.FileStat, error) {
-	st, _ := l.Stat()
-	if !l.e.Content && l.e.Size < changesFileMax {
-		if l.asked != nil {
-			l.asked()
-		}
-		return 0, st, syscall.EAGAIN
+	if l.read == nil {
+		return 0, statOf(l.e), nil // not a regular file
 	}
-	return copy(buf, l.content), st, nil
+	a, n, err := l.read(buf)
+	switch {
+	case err != nil:
+		return 0, sandbox.FileStat{}, err
+	case a.Kind == inpod.KindWhiteout:
+		return 0, sandbox.FileStat{}, fs.ErrNotExist
+	case !a.Content && a.Kind == inpod.KindFile && a.Size < changesFileMax:
+		return 0, statOf(a), syscall.EAGAIN
+	}
+	return n, statOf(a), nil
 }
 
 func (l podLook) Readlink() (string, error) {

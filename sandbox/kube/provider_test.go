@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -189,13 +188,11 @@ func TestProviderThroughExec(t *testing.T) {
 	}
 }
 
-// What a walk delivered is not sent again while it stays as it was: the
-// next walk reports the file without its content. A visit that asks for
-// it anyway passes over it (EAGAIN), and the walk after sends it again;
-// a file changed since comes whole.
-func TestChangedSendsKnownContentOnce(t *testing.T) {
+// A walk's visits read the files they want, whether the helper sent the
+// file's entry or named it as known: a file met before and unchanged
+// goes by its number. A read after its visit is refused.
+func TestChangedReadsWhatTheVisitsWant(t *testing.T) {
 	p, _, _ := newRigProvider(t, nil)
-	p.knownMargin = 0
 	ctx := execContext(t)
 	s := sandbox.Session{ID: "edit_known", ProjectID: 7}
 	if _, err := p.Prepare(ctx, s, tarBase{"base.txt": "base\n"}); err != nil {
@@ -204,11 +201,13 @@ func TestChangedSendsKnownContentOnce(t *testing.T) {
 	if _, err := p.Run(ctx, s, sandbox.Command{Argv: sandbox.CommandArgv("echo one > one.txt; echo two > two.txt")}); err != nil {
 		t.Fatal(err)
 	}
-	// walk answers, per file changed, its content or the error reading
-	// it gave; read says which files a visit reads.
+	// walk answers, per file changed and read, its content or the error
+	// reading it gave; read says which files a visit reads.
+	var looks []sandbox.Looker
 	walk := func(read func(path string) bool) map[string]string {
 		got := map[string]string{}
 		err := p.Changed(ctx, s, 8, func(e sandbox.Entry) error {
+			looks = append(looks, e.Look)
 			if e.Kind != sandbox.KindFile || !read(e.Path) {
 				return nil
 			}
@@ -227,21 +226,23 @@ func TestChangedSendsKnownContentOnce(t *testing.T) {
 		return got
 	}
 	all := func(string) bool { return true }
-	if got := walk(all); got["one.txt"] != "one\n" || got["two.txt"] != "two\n" {
+	if got := walk(all); len(got) != 2 || got["one.txt"] != "one\n" || got["two.txt"] != "two\n" {
 		t.Fatalf("the first walk: %q", got)
 	}
-	// Only two.txt is read this time: one.txt stays known.
-	if got := walk(func(p string) bool { return p == "two.txt" }); got["two.txt"] != syscall.EAGAIN.Error() {
-		t.Fatalf("the second walk sent known content again: %q", got)
+	if known := p.live[s.ID].known; len(known) != 2 {
+		t.Fatalf("known after a walk: %v", known)
+	}
+	if got := walk(func(p string) bool { return p == "two.txt" }); len(got) != 1 || got["two.txt"] != "two\n" {
+		t.Fatalf("a walk reading one known file: %q", got)
 	}
 	if _, err := p.Run(ctx, s, sandbox.Command{Argv: sandbox.CommandArgv("echo three > one.txt")}); err != nil {
 		t.Fatal(err)
 	}
 	if got := walk(all); got["one.txt"] != "three\n" || got["two.txt"] != "two\n" {
-		t.Fatalf("after a change, and a read of what was known: %q", got)
+		t.Fatalf("after a change: %q", got)
 	}
-	if got := walk(all); got["one.txt"] != syscall.EAGAIN.Error() || got["two.txt"] != syscall.EAGAIN.Error() {
-		t.Fatalf("the last walk: %q", got)
+	if _, _, err := looks[len(looks)-1].ReadFile(make([]byte, 64)); !errors.Is(err, errLateRead) {
+		t.Fatalf("a read after the walk: %v", err)
 	}
 }
 
@@ -272,7 +273,6 @@ func TestASilentHelperTimesOut(t *testing.T) {
 // nothing it says is taken on trust.
 func TestAHelperTakenOverFailsTheWalk(t *testing.T) {
 	p, _, _ := newRigProvider(t, nil)
-	p.knownMargin = 0
 	ctx := execContext(t)
 	s := sandbox.Session{ID: "edit_lying", ProjectID: 7}
 	if _, err := p.Prepare(ctx, s, tarBase{"a.txt": "a\n"}); err != nil {
@@ -280,14 +280,14 @@ func TestAHelperTakenOverFailsTheWalk(t *testing.T) {
 	}
 	// Past the bound it was given, whatever each entry is.
 	many := filepath.Join(t.TempDir(), "many")
-	manyEntries := "#!/bin/sh\nexec python3 -c 'import sys, time; e=b\"{\\\"path\\\":\\\"x\\\",\\\"kind\\\":\\\"dir\\\",\\\"mode\\\":493}\"; f=b\"f\"+len(e).to_bytes(4,\"big\")+e; sys.stdout.buffer.write(f*200001); sys.stdout.flush(); time.sleep(60)'\n"
+	manyEntries := "#!/bin/sh\nexec python3 -c 'import sys, time; e=b\"{\\\"path\\\":\\\"x\\\",\\\"kind\\\":\\\"dir\\\",\\\"mode\\\":493}\"; f=b\"f\"+len(e).to_bytes(4,\"big\")+e; sys.stdout.buffer.write((f*1024+b\"a\\0\\0\\0\\0\")*196); sys.stdout.flush(); time.sleep(60)'\n"
 	if err := os.WriteFile(many, []byte(manyEntries), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	p.cfg.Helper = many
 	visits := 0
 	err := p.Changed(ctx, s, 8, func(sandbox.Entry) error { visits++; return nil })
-	if err == nil || !strings.Contains(err.Error(), "more than 200000 entries") || visits != 200_000 {
+	if err == nil || !strings.Contains(err.Error(), "more than 200000 entries") || visits != 195*1024 {
 		t.Fatalf("a helper past its bound: %d visits, %v", visits, err)
 	}
 	for _, frames := range []string{
@@ -304,6 +304,34 @@ func TestAHelperTakenOverFailsTheWalk(t *testing.T) {
 		err := p.Changed(ctx, s, 8, func(sandbox.Entry) error { t.Fatal("a visit of a file the helper made up"); return nil })
 		if err == nil || !strings.Contains(err.Error(), "a known file of no line") {
 			t.Fatalf("%s: %v", frames, err)
+		}
+	}
+	// Frames as a python script writes them; it waits after them unless
+	// it sent a status.
+	for _, tc := range []struct{ name, frames, want string }{
+		{"a batch past its bound", `fr(b"f", b'{"path":"x","kind":"dir","mode":493}')` + "\n" + `for _ in range(1025): fr(b"f", b'{"path":"x","kind":"dir","mode":493}')`,
+			"more than 1024 entries without asking"},
+		{"an answer for another file", `fr(b"f", b'{"path":"x","kind":"file","mode":420,"size":1}'); fr(b"a", b""); fr(b"f", b'{"path":"y","kind":"file","mode":420,"size":1,"content":true}'); fr(b"c", b"y")`,
+			`asked for "x", the helper answered for "y"`},
+		{"no ask for the last batch", `fr(b"f", b'{"path":"x","kind":"dir","mode":493}'); fr(b"s", b"{}"); sys.exit(0)`,
+			"ended without asking for its last 1 entries"},
+	} {
+		lying := filepath.Join(t.TempDir(), "lying")
+		script := "#!/bin/sh\nexec python3 -c '\nimport sys, time\ndef fr(k, b): sys.stdout.buffer.write(k+len(b).to_bytes(4, \"big\")+b)\n" +
+			strings.ReplaceAll(tc.frames, "'", `'"'"'`) + "\nsys.stdout.flush(); time.sleep(60)'\n"
+		if err := os.WriteFile(lying, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p.cfg.Helper = lying
+		err := p.Changed(ctx, s, 8, func(e sandbox.Entry) error {
+			if e.Kind == sandbox.KindFile {
+				_, _, err := e.Look.ReadFile(make([]byte, 8))
+				return err
+			}
+			return nil
+		})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: %v", tc.name, err)
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
-	"time"
+	"strings"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
@@ -42,7 +42,7 @@ func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	flags.IntVar(&o.maxEntries, "max-entries", 100000, "entries reported at most")
 	flags.Int64Var(&o.maxFile, "max-file", 1<<20, "bytes of one file's content sent at most")
 	flags.Int64Var(&o.maxBytes, "max-bytes", 64<<20, "bytes of content sent at most")
-	flags.BoolVar(&o.known, "known", false, "the manifest is followed by the files whose content the server has")
+	flags.BoolVar(&o.known, "known", false, "the manifest is followed by the files the server has met as they were")
 	if err := flags.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadArgs, err)
 	}
@@ -53,10 +53,14 @@ func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 		return fmt.Errorf("%w: changes: bounds must be positive", ErrBadArgs)
 	}
 	fw := newFrameWriter(stdout, false)
-	w := &walker{opt: o, fw: fw, budget: o.maxBytes, seen: map[string]bool{}, closed: map[string]bool{}}
-	w.st.StartNs = time.Now().UnixNano()
 	in := bufio.NewScanner(stdin)
 	in.Buffer(make([]byte, 64<<10), manifestLineMax)
+	w := &walker{opt: o, fw: fw, in: in, budget: o.maxBytes, seen: map[string]bool{}, closed: map[string]bool{}, rootfd: -1}
+	defer func() {
+		if w.rootfd >= 0 {
+			unix.Close(w.rootfd)
+		}
+	}()
 	var err error
 	w.manifest, err = readManifest(in)
 	if err == nil && o.known {
@@ -64,6 +68,9 @@ func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	}
 	if err == nil {
 		err = w.walk()
+	}
+	if err == nil {
+		err = w.ask() // the last batch
 	}
 	if err != nil {
 		w.st.Error = err.Error()
@@ -104,8 +111,8 @@ type knownFile struct {
 	line int
 }
 
-// readKnown reads the known section: files whose content the server has,
-// by their number in it.
+// readKnown reads the known section: files the server has met as they
+// were, by their number in it.
 func readKnown(sc *bufio.Scanner) (map[string]knownFile, error) {
 	m := make(map[string]knownFile)
 	for line := 0; sc.Scan(); line++ {
@@ -127,13 +134,22 @@ func readKnown(sc *bufio.Scanner) (map[string]knownFile, error) {
 // walker reports what differs between the tree and the manifest. It goes
 // through descriptors, one folder at a time, so that no link is followed
 // whatever the session's code swaps in meanwhile.
+//
+// It sends no content ahead: every AskBatch entries, and at the end, it
+// asks, and the server reads the files it wants of the batch. A capture
+// reads few of the files it meets (one it met unchanged before, or a new
+// one with the session's paths full, it does not read at all), so what
+// crosses the exec stream is what it reads.
 type walker struct {
 	opt      changesOptions
 	fw       *frameWriter
+	in       *bufio.Scanner // the server's input: after the manifest, its requests
 	manifest map[string]Entry
-	known    map[string]knownFile // files whose content the server has: named by number
+	known    map[string]knownFile // files the server has met as they are: named by number
 	seen     map[string]bool      // manifest paths met
 	closed   map[string]bool      // folders not entered: what the manifest has below them is unknown
+	rootfd   int                  // the root, which requests' paths are beneath
+	batch    []Entry              // the entries since the last ask, which requests name by position
 	buf      []byte               // a file's content
 	budget   int64                // bytes of content still to be sent
 	st       ChangesStatus
@@ -143,6 +159,10 @@ func (w *walker) walk() error {
 	fd, err := unix.Open(w.opt.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("inpod: changes: open %s: %w", w.opt.root, err)
+	}
+	if w.rootfd, err = unix.Dup(fd); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("inpod: changes: %w", err)
 	}
 	err = w.folder(fd, "", 0)
 	if err == nil {
@@ -197,16 +217,16 @@ func (w *walker) entry(dirfd int, dir, name string, depth int) error {
 		if depth >= w.opt.maxDepth {
 			e.TooDeep = true
 			w.closed[rel] = true
-			return w.report(e, nil)
+			return w.report(e)
 		}
 		child, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			e.Unreadable = true
 			w.closed[rel] = true
-			return w.report(e, nil)
+			return w.report(e)
 		}
 		if w.changed(e) {
-			if err := w.report(e, nil); err != nil {
+			if err := w.report(e); err != nil {
 				unix.Close(child)
 				return err
 			}
@@ -222,63 +242,85 @@ func (w *walker) entry(dirfd int, dir, name string, depth int) error {
 			// reported as what a capture leaves out, and the next walk
 			// sees what it has become.
 			e.Kind, e.Size, e.Mode = KindOther, 0, 0
-			return w.report(e, nil)
+			return w.report(e)
 		case err != nil:
 			return fmt.Errorf("inpod: changes: read link %q: %w", rel, err)
 		}
 		e.Target = target
 	case KindFile:
-		if w.changed(e) {
-			return w.file(dirfd, name, e)
+		if !w.changed(e) {
+			return nil
 		}
-		return nil
+		if k, ok := w.known[e.Path]; ok && sameFile(&k.Entry, e) {
+			return w.reportKnown(k)
+		}
 	}
 	if w.changed(e) {
-		return w.report(e, nil)
+		return w.report(e)
 	}
 	return nil
 }
 
-// file reports a changed regular file, with its content when the bounds
-// allow. It opens it without following a link or waiting on a FIFO, and
-// sends the content only when the file it read is regular and did not
-// change while it read it.
-func (w *walker) file(dirfd int, name string, e *Entry) error {
-	if k, ok := w.known[e.Path]; ok && sameFile(&k.Entry, e) {
-		return w.reportKnown(k.line)
-	}
-	if e.Size > w.opt.maxFile || e.Size > w.budget {
-		return w.report(e, nil)
-	}
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+// send answers AskRead for e: the file at its path as it is now, with
+// its content when the bounds allow. It opens it beneath the root without
+// following a link or waiting on a FIFO, and sends the content only when
+// the file it read is regular and did not change while it read it. A
+// path where no file can be opened (gone, or swapped for a link) is a
+// whiteout: the next walk sees what is there.
+func (w *walker) send(e Entry) error {
+	fd, err := openBeneath(w.rootfd, e.Path)
 	if err != nil {
-		return w.report(e, nil)
+		return w.answer(&Entry{Path: e.Path, Kind: KindWhiteout}, nil)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return w.report(e, nil)
+		return w.answer(&Entry{Path: e.Path, Kind: KindWhiteout}, nil)
 	}
-	e = entryOfUnix(e.Path, &st)
-	if e.Kind != KindFile || e.Size > w.opt.maxFile || e.Size > w.budget {
-		return w.report(e, nil)
+	now := entryOfUnix(e.Path, &st)
+	if now.Kind != KindFile || now.Size > w.opt.maxFile || now.Size > w.budget {
+		return w.answer(now, nil)
 	}
-	if int64(cap(w.buf)) < e.Size {
-		w.buf = make([]byte, e.Size)
+	if int64(cap(w.buf)) < now.Size {
+		w.buf = make([]byte, now.Size)
 	}
-	buf := w.buf[:e.Size]
+	buf := w.buf[:now.Size]
 	if buf == nil {
-		buf = []byte{} // an empty file's content, which report tells from none
+		buf = []byte{} // an empty file's content, which answer tells from none
 	}
 	if n, err := readFull(fd, buf); err != nil || n != len(buf) {
-		return w.report(e, nil)
+		return w.answer(now, nil)
 	}
 	var after unix.Stat_t
 	if err := unix.Fstat(fd, &after); err != nil || after.Ctim != st.Ctim || after.Size != st.Size {
-		return w.report(e, nil)
+		return w.answer(now, nil)
 	}
-	w.budget -= e.Size
-	return w.report(e, buf)
+	w.budget -= now.Size
+	return w.answer(now, buf)
+}
+
+// openBeneath opens the file at rel below rootfd, a folder at a time,
+// following no link: rel is a path the walk met, and the session's code
+// may have swapped any part of it since.
+func openBeneath(rootfd int, rel string) (int, error) {
+	dirfd := rootfd
+	defer func() {
+		if dirfd != rootfd {
+			unix.Close(dirfd)
+		}
+	}()
+	names := strings.Split(rel, "/")
+	for _, name := range names[:len(names)-1] {
+		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, err
+		}
+		if dirfd != rootfd {
+			unix.Close(dirfd)
+		}
+		dirfd = fd
+	}
+	return unix.Openat(dirfd, names[len(names)-1], unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 }
 
 // readFull reads into buf until it is full or the file ends.
@@ -323,26 +365,77 @@ func sameFile(a, b *Entry) bool {
 	return a.Ino == b.Ino && a.CtimeNs == b.CtimeNs && a.Size == b.Size && a.Mode == b.Mode
 }
 
-// report sends e, then its content when content is not nil.
-func (w *walker) report(e *Entry, content []byte) error {
+// report sends e, without content, into the batch.
+func (w *walker) report(e *Entry) error {
 	if w.st.Entries >= w.opt.maxEntries {
 		return errOverflow
 	}
 	w.st.Entries++
+	if err := w.fw.json(FrameEntry, e); err != nil {
+		return err
+	}
+	return w.batched(*e)
+}
+
+// reportKnown says the file of k's line of the known section is as it says.
+func (w *walker) reportKnown(k knownFile) error {
+	if w.st.Entries >= w.opt.maxEntries {
+		return errOverflow
+	}
+	w.st.Entries++
+	if err := w.fw.frame(FrameKnown, strconv.AppendInt(nil, int64(k.line), 10)); err != nil {
+		return err
+	}
+	return w.batched(k.Entry)
+}
+
+// batched adds e to the batch, and asks once the batch is full.
+func (w *walker) batched(e Entry) error {
+	w.batch = append(w.batch, e)
+	if len(w.batch) < AskBatch {
+		return nil
+	}
+	return w.ask()
+}
+
+// ask ends the batch: it waits for the server's requests and answers each
+// until the server lets the walk go on.
+func (w *walker) ask() error {
+	if len(w.batch) == 0 {
+		return nil
+	}
+	if err := w.fw.frame(FrameAsk, nil); err != nil {
+		return err
+	}
+	for {
+		if err := w.fw.flush(); err != nil {
+			return err
+		}
+		if !w.in.Scan() {
+			return fmt.Errorf("inpod: changes: the server's requests ended: %v", w.in.Err())
+		}
+		line := w.in.Text()
+		if line == AskGoOn {
+			w.batch = w.batch[:0]
+			return nil
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(line, AskRead))
+		if !strings.HasPrefix(line, AskRead) || err != nil || n < 0 || n >= len(w.batch) {
+			return fmt.Errorf("%w: changes: request %.40q", ErrBadArgs, line)
+		}
+		if err := w.send(w.batch[n]); err != nil {
+			return err
+		}
+	}
+}
+
+// answer sends e, the answer to a request, and content when not nil.
+func (w *walker) answer(e *Entry, content []byte) error {
 	e.Content = content != nil
 	if err := w.fw.json(FrameEntry, e); err != nil {
 		return err
 	}
 	return w.fw.chunks(FrameContent, content)
-}
-
-// reportKnown says the file of line n of the known section is as it says.
-func (w *walker) reportKnown(n int) error {
-	if w.st.Entries >= w.opt.maxEntries {
-		return errOverflow
-	}
-	w.st.Entries++
-	return w.fw.frame(FrameKnown, strconv.AppendInt(nil, int64(n), 10))
 }
 
 // whiteouts reports the manifest's paths that are gone, but not those
@@ -356,7 +449,7 @@ func (w *walker) whiteouts() error {
 	}
 	slices.Sort(gone)
 	for _, p := range gone {
-		if err := w.report(&Entry{Path: p, Kind: KindWhiteout}, nil); err != nil {
+		if err := w.report(&Entry{Path: p, Kind: KindWhiteout}); err != nil {
 			return err
 		}
 	}

@@ -5,10 +5,13 @@ package inpod
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,31 +39,108 @@ func changes(t *testing.T, root string, manifest []Entry, flags ...string) (*fra
 }
 
 // changesOf runs changes with sections of input, each ended by an empty
-// line.
+// line, and at each ask reads every file of the batch.
 func changesOf(t *testing.T, root string, sections [][]Entry, flags ...string) (*frames, ChangesStatus) {
 	t.Helper()
-	var in bytes.Buffer
-	enc := json.NewEncoder(&in)
-	for _, section := range sections {
-		for _, e := range section {
-			if err := enc.Encode(e); err != nil {
-				t.Fatal(err)
-			}
-		}
-		in.WriteByte('\n')
-	}
-	var out, errb bytes.Buffer
+	return changesReading(t, root, sections, func(Entry) bool { return true }, flags...)
+}
+
+// changesReading runs changes as the server does: it writes the sections
+// of input, then at each ask reads the files of the batch that read
+// says, failing the test if the walk does not end in time (a FIFO opened
+// would block it). Entries go to f.entries, answers to f.answers and
+// their content to f.content, by path.
+func changesReading(t *testing.T, root string, sections [][]Entry, read func(Entry) bool, flags ...string) (*frames, ChangesStatus) {
+	t.Helper()
+	in, feed := io.Pipe()
+	out, outw := io.Pipe()
+	var errb bytes.Buffer
 	done := make(chan int, 1)
-	go func() { done <- Main(append([]string{"changes", "-root", root}, flags...), &in, &out, &errb) }()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("changes: exit %d: %s", code, errb.String())
+	go func() {
+		code := Main(append([]string{"changes", "-root", root}, flags...), in, outw, &errb)
+		outw.Close()
+		in.Close()
+		done <- code
+	}()
+	go func() {
+		enc := json.NewEncoder(feed)
+		for _, section := range sections {
+			for _, e := range section {
+				enc.Encode(e)
+			}
+			feed.Write([]byte("\n"))
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("changes did not end")
+	}()
+	late := time.AfterFunc(10*time.Second, func() { out.CloseWithError(errors.New("changes did not end")) })
+	defer late.Stop()
+
+	f := &frames{content: map[string][]byte{}, answers: map[string]Entry{}}
+	fr := NewFrameReader(readCounter{out, &f.outBytes}, MaxChunk+64<<10)
+	decode := func(p []byte) Entry {
+		var e Entry
+		if err := json.Unmarshal(p, &e); err != nil {
+			t.Fatalf("entry %q: %v", p, err)
+		}
+		return e
 	}
-	f := readFrames(t, &out)
+	var batch []Entry
+	for f.status == nil {
+		kind, p, err := fr.Next()
+		if err != nil {
+			t.Fatalf("read frames: %v", err)
+		}
+		switch kind {
+		case FrameEntry:
+			e := decode(p)
+			f.entries = append(f.entries, e)
+			batch = append(batch, e)
+		case FrameKnown:
+			f.known = append(f.known, string(p))
+			n, err := strconv.Atoi(string(p))
+			if err != nil || len(sections) < 2 || n >= len(sections[1]) {
+				t.Fatalf("known line %q", p)
+			}
+			batch = append(batch, sections[1][n])
+		case FrameAsk:
+			f.asks++
+			for i, e := range batch {
+				if e.Kind != KindFile || !read(e) {
+					continue
+				}
+				fmt.Fprintf(feed, "%s%d\n", AskRead, i)
+				kind, p, err := fr.Next()
+				if err != nil || kind != FrameEntry {
+					t.Fatalf("the answer for %s: frame %q, %v", e.Path, kind, err)
+				}
+				a := decode(p)
+				if a.Path != e.Path {
+					t.Fatalf("asked for %s, got %+v", e.Path, a)
+				}
+				f.answers[a.Path] = a
+				if !a.Content {
+					continue
+				}
+				content := []byte{}
+				for int64(len(content)) < a.Size {
+					kind, p, err := fr.Next()
+					if err != nil || kind != FrameContent {
+						t.Fatalf("content of %s: frame %q, %v", a.Path, kind, err)
+					}
+					content = append(content, p...)
+				}
+				f.content[a.Path] = content
+			}
+			fmt.Fprintln(feed, AskGoOn)
+			batch = nil
+		case FrameStatus:
+			f.status = bytes.Clone(p)
+		default:
+			t.Fatalf("unexpected frame %q", kind)
+		}
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("changes: exit %d: %s", code, errb.String())
+	}
 	var st ChangesStatus
 	f.decodeStatus(t, &st)
 	if st.Error != "" {
@@ -133,8 +213,11 @@ func TestChangesReportsWhatChanged(t *testing.T) {
 	if string(f.content["modified"]) != "new!" || string(f.content["added"]) != "brand new" {
 		t.Errorf("content %q", f.content)
 	}
-	if !got["modified"].Content || got["fifo"].Content || got["d/relinked"].Target != "../same" {
-		t.Errorf("entries %+v", got)
+	if !f.answers["modified"].Content || got["modified"].Content || got["d/relinked"].Target != "../same" {
+		t.Errorf("entries %+v, answers %+v", got, f.answers)
+	}
+	if _, ok := f.answers["fifo"]; ok || f.asks != 1 {
+		t.Errorf("%d asks, answers %+v: want one ask, for files only", f.asks, f.answers)
 	}
 }
 
@@ -148,17 +231,16 @@ func TestChangesBigFileWithoutContent(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, _ := changes(t, root, manifest, "-max-file", "1000")
-	got := byPath(t, f.entries)
-	if e := got["big"]; e.Kind != KindFile || e.Content || e.Size != int64(len(big)) || f.content["big"] != nil {
+	if e := f.answers["big"]; e.Kind != KindFile || e.Content || e.Size != int64(len(big)) || f.content["big"] != nil {
 		t.Errorf("big: %+v", e)
 	}
-	if !got["small"].Content || string(f.content["small"]) != "s" {
-		t.Errorf("small: %+v", got["small"])
+	if !f.answers["small"].Content || string(f.content["small"]) != "s" {
+		t.Errorf("small: %+v", f.answers["small"])
 	}
 
 	// Within -max-file but over what -max-bytes has left.
 	f, _ = changes(t, root, manifest, "-max-file", "200000", "-max-bytes", "1000")
-	if got := byPath(t, f.entries); got["big"].Content || !got["small"].Content {
+	if got := f.answers; got["big"].Content || !got["small"].Content {
 		t.Errorf("with -max-bytes 1000: %+v", got)
 	}
 
@@ -193,14 +275,16 @@ func TestChangesEntriesBound(t *testing.T) {
 	if !st.Overflow || st.Entries != 3 || len(f.entries) != 3 {
 		t.Errorf("status %+v, %d entries, want overflow after 3", st, len(f.entries))
 	}
-	// Empty files have content, zero bytes of it.
-	if !slices.ContainsFunc(f.entries, func(e Entry) bool { return e.Content }) {
-		t.Errorf("entries %+v without content", f.entries)
+	// The batch cut short by the bound is asked all the same, and empty
+	// files have content, zero bytes of it.
+	if len(f.content) != 3 || f.content[f.entries[0].Path] == nil {
+		t.Errorf("content %q", f.content)
 	}
 }
 
-// A FIFO swapped in for a file between the walk's stat and its open is
-// opened without waiting for a writer, seen for what it is and not read.
+// A FIFO swapped in for a file between the walk and the server's request
+// is opened without waiting for a writer, seen for what it is and not
+// read.
 func TestChangesFileSwappedForFIFO(t *testing.T) {
 	root := t.TempDir()
 	if err := unix.Mkfifo(filepath.Join(root, "f"), 0o644); err != nil {
@@ -213,9 +297,9 @@ func TestChangesFileSwappedForFIFO(t *testing.T) {
 	defer unix.Close(dirfd)
 	var out bytes.Buffer
 	fw := newFrameWriter(&out, false)
-	w := &walker{opt: changesOptions{maxDepth: 1, maxEntries: 10, maxFile: 100, maxBytes: 100}, fw: fw, budget: 100}
+	w := &walker{opt: changesOptions{maxDepth: 1, maxEntries: 10, maxFile: 100, maxBytes: 100}, fw: fw, budget: 100, rootfd: dirfd}
 	done := make(chan error, 1)
-	go func() { done <- w.file(dirfd, "f", &Entry{Path: "f", Kind: KindFile, Size: 1}) }()
+	go func() { done <- w.send(Entry{Path: "f", Kind: KindFile, Size: 1}) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -267,10 +351,9 @@ func TestChangesManifestEndsAtEmptyLine(t *testing.T) {
 	}
 }
 
-// With -known, a file whose content the server has (the same inode,
-// ctime, size and mode) is named by its line of the known section alone;
-// one changed since is sent whole. The walk says when it began on the
-// pod's clock.
+// With -known, a file the server has met as it is (the same inode, ctime,
+// size and mode) is named by its line of the known section alone, and
+// can still be read; one changed since is sent whole.
 func TestChangesLeaveOutKnownContent(t *testing.T) {
 	root, manifest := base(t)
 	for _, name := range []string{"kept", "rewritten"} {
@@ -284,16 +367,125 @@ func TestChangesLeaveOutKnownContent(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "rewritten"), []byte("again"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	before := time.Now().UnixNano()
-	f, st := changesOf(t, root, [][]Entry{manifest, known}, "-known")
+	f, _ = changesOf(t, root, [][]Entry{manifest, known}, "-known")
 	got := byPath(t, f.entries)
-	if e, ok := got["kept"]; ok || f.content["kept"] != nil || !slices.Equal(f.known, []string{"0"}) {
+	if e, ok := got["kept"]; ok || !slices.Equal(f.known, []string{"0"}) || string(f.content["kept"]) != "kept" {
 		t.Errorf("a known file came as %+v, content %q; known lines %q", e, f.content["kept"], f.known)
 	}
-	if e := got["rewritten"]; !e.Content || string(f.content["rewritten"]) != "again" {
+	if e := got["rewritten"]; e.Kind != KindFile || string(f.content["rewritten"]) != "again" {
 		t.Errorf("a file changed since it was known: %+v %q", e, f.content["rewritten"])
 	}
-	if st.StartNs < before || st.StartNs > time.Now().UnixNano() {
-		t.Errorf("the walk began at %d, not between %d and now", st.StartNs, before)
+}
+
+// Nothing crosses but what the server reads: of three new files of
+// 100 KiB, it reads one, and the helper's output holds that one's content
+// and little else.
+func TestChangesSendOnlyWhatIsRead(t *testing.T) {
+	root, manifest := base(t)
+	for _, name := range []string{"a", "b", "c"} {
+		if err := os.WriteFile(filepath.Join(root, name), bytes.Repeat([]byte(name), 100<<10), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, _ := changesReading(t, root, [][]Entry{manifest}, func(e Entry) bool { return e.Path == "b" }, "-max-file", "200000")
+	if len(f.entries) != 3 || len(f.content) != 1 || len(f.content["b"]) != 100<<10 {
+		t.Errorf("%d entries, content of %d files", len(f.entries), len(f.content))
+	}
+	if f.outBytes > 100<<10+4<<10 {
+		t.Errorf("the helper wrote %d bytes for 100 KiB read", f.outBytes)
+	}
+}
+
+// readCounter adds what it reads to n.
+type readCounter struct {
+	r io.Reader
+	n *int64
+}
+
+func (c readCounter) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	*c.n += int64(k)
+	return k, err
+}
+
+// Past AskBatch entries the helper asks, and the server's requests name
+// the files of each batch by their place in it.
+func TestChangesAskEveryBatch(t *testing.T) {
+	root, manifest := base(t)
+	for i := range AskBatch + 5 {
+		name := filepath.Join(root, strconv.Itoa(i))
+		if err := os.WriteFile(name, []byte(strconv.Itoa(i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, _ := changes(t, root, manifest)
+	if f.asks != 2 || len(f.entries) != AskBatch+5 || len(f.content) != AskBatch+5 {
+		t.Fatalf("%d asks, %d entries, %d read", f.asks, len(f.entries), len(f.content))
+	}
+	for p, c := range f.content {
+		if string(c) != p {
+			t.Errorf("%s holds %q", p, c)
+		}
+	}
+}
+
+// A request that names no entry of the batch ends the walk with an error.
+func TestChangesRefuseABadRequest(t *testing.T) {
+	root, manifest := base(t)
+	if err := os.WriteFile(filepath.Join(root, "a"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, request := range []string{"r 1", "r -1", "r x", "x"} {
+		var in bytes.Buffer
+		for _, e := range manifest {
+			json.NewEncoder(&in).Encode(e)
+		}
+		in.WriteString("\n" + request + "\n")
+		var out, errb bytes.Buffer
+		if code := Main([]string{"changes", "-root", root}, &in, &out, &errb); code != 0 {
+			t.Fatalf("%s: exit %d: %s", request, code, errb.String())
+		}
+		f := readFrames(t, &out)
+		var st ChangesStatus
+		f.decodeStatus(t, &st)
+		if !strings.Contains(st.Error, "request") || len(f.content) != 0 {
+			t.Errorf("%s: status %+v, content %q", request, st, f.content)
+		}
+	}
+}
+
+// The session's code swaps a file, or a folder above it, for a link
+// between the walk and the server's request: the helper follows neither,
+// and what the link points at is never sent.
+func TestChangesFollowNoLinkSwappedIn(t *testing.T) {
+	elsewhere := t.TempDir()
+	if err := os.WriteFile(filepath.Join(elsewhere, "f"), []byte("not yours"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root, manifest := base(t)
+	for _, name := range []string{"f", "d/f"} {
+		os.MkdirAll(filepath.Join(root, filepath.Dir(name)), 0o755)
+		if err := os.WriteFile(filepath.Join(root, name), []byte("mine"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swap := func(e Entry) bool {
+		p, target := filepath.Join(root, "f"), filepath.Join(elsewhere, "f")
+		if e.Path == "d/f" {
+			p, target = filepath.Join(root, "d"), elsewhere
+		}
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+	f, _ := changesReading(t, root, [][]Entry{manifest}, swap)
+	for _, p := range []string{"f", "d/f"} {
+		if a := f.answers[p]; a.Kind != KindWhiteout || f.content[p] != nil {
+			t.Errorf("%s swapped for a link: answered %+v, content %q", p, a, f.content[p])
+		}
 	}
 }

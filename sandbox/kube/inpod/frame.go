@@ -19,7 +19,10 @@ const (
 	// FrameKnown: the file of a line of the input's known section (its
 	// number from 0, in decimal) is as that line says; many files cost
 	// a few bytes each.
-	FrameKnown  byte = 'k'
+	FrameKnown byte = 'k'
+	// FrameAsk ends a batch of changes' entries: the helper waits for the
+	// server's requests (AskRead, AskGoOn).
+	FrameAsk    byte = 'a'
 	FrameStatus byte = 's' // the verb's final status, as JSON
 )
 

@@ -100,9 +100,20 @@ type Entry struct {
 	// Unreadable: a folder changes could not open, so did not enter.
 	Unreadable bool `json:"unreadable,omitempty"`
 	// Content: FrameContent frames follow with the file's content, Size
-	// bytes in all.
+	// bytes in all. Only changes' answers to AskRead carry content.
 	Content bool `json:"content"`
 }
+
+// What the server writes to changes, one line each, once the helper has
+// asked (FrameAsk): AskRead and a number reads the file of that frame of
+// the batch (FrameEntry and FrameKnown frames since the last ask, from
+// 0), answered by a FrameEntry of the file as it was read, with its
+// content when the bounds allow; AskGoOn lets the walk go on.
+const (
+	AskRead  = "r "
+	AskGoOn  = "c"
+	AskBatch = 1024 // frames of entries between asks, at most
+)
 
 // RunStatus is run's final frame.
 type RunStatus struct {
@@ -134,10 +145,6 @@ type UnpackStatus struct {
 type ChangesStatus struct {
 	Entries  int  `json:"entries"`  // entries reported
 	Overflow bool `json:"overflow"` // the walk stopped at -max-entries
-	// StartNs is the pod's clock as the walk began: a file whose ctime is
-	// a while before it cannot have changed within its ctime's tick
-	// after it was read.
-	StartNs int64 `json:"startNs"`
 	// Skipped counts entries whose names are not UTF-8, which JSON cannot
 	// carry: they are neither reported nor entered.
 	Skipped int    `json:"skipped,omitempty"`

@@ -30,6 +30,9 @@ type frames struct {
 	entries          []Entry
 	content          map[string][]byte // by the path of the entry before
 	known            []string          // the payloads of FrameKnown: lines of the known section
+	answers          map[string]Entry  // changes' answers to AskRead, by path
+	asks             int               // FrameAsk frames
+	outBytes         int64             // changes' output, all of it
 	status           []byte
 }
 
@@ -73,6 +76,8 @@ func readFrames(t *testing.T, r io.Reader) *frames {
 			f.content[last] = append(f.content[last], p...)
 		case FrameKnown:
 			f.known = append(f.known, string(p))
+		case FrameAsk:
+			f.asks++
 		case FrameStatus:
 			f.status = bytes.Clone(p)
 		default:
