@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -35,8 +37,48 @@ type Processes struct {
 	// UID, when set, is the user and group a container's commands run
 	// as, with no other group, as a pod's securityContext says.
 	UID func(containerID string) (uint32, error)
+	// PIDNamespaces, when set, gives each container a PID namespace of
+	// its own that its commands share, with /proc showing it, as the
+	// containers of a pod have (they share its volumes and network, not
+	// their processes): a command's kill -1 reaches its container's
+	// processes alone. Close ends them.
+	PIDNamespaces bool
 
 	sent atomic.Int64 // see Sent
+
+	mu      sync.Mutex
+	holders map[string]*os.Process // by container: the 1 of its PID namespace
+}
+
+// Close ends the containers' PID namespaces and every process in them.
+func (p *Processes) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, h := range p.holders {
+		_ = h.Kill()
+		delete(p.holders, id)
+	}
+}
+
+// holder is the host pid of the process that holds the container's PID
+// namespace, started with its first command.
+func (p *Processes) holder(containerID string) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if h, ok := p.holders[containerID]; ok {
+		return h.Pid, nil
+	}
+	cmd := exec.Command("sleep", "infinity")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("kubeexec: a PID namespace for %s: %w", containerID, err)
+	}
+	go func() { _ = cmd.Wait() }() // once Close kills it
+	if p.holders == nil {
+		p.holders = map[string]*os.Process{}
+	}
+	p.holders[containerID] = cmd.Process
+	return cmd.Process.Pid, nil
 }
 
 // Sent is how many bytes the commands have written to their exec streams'
@@ -104,9 +146,10 @@ func (p *Processes) Exec(ctx context.Context, containerID string, argv []string,
 	return exitError(err, tty, out, errOut)
 }
 
-// contain wraps argv in what Workspace and UID ask for: util-linux's
+// contain wraps argv in what Workspace, UID and PIDNamespaces ask for:
+// util-linux's nsenter (which forks into the PID namespace and waits),
 // unshare and setpriv, each of which execs the next, so the command keeps
-// the pid (and the process group, or session) it starts with.
+// the process group (or session) it starts with.
 func (p *Processes) contain(containerID, dir string, argv []string) ([]string, error) {
 	if p.UID != nil {
 		uid, err := p.UID(containerID)
@@ -116,9 +159,23 @@ func (p *Processes) contain(containerID, dir string, argv []string) ([]string, e
 		id := strconv.FormatUint(uint64(uid), 10)
 		argv = append([]string{"setpriv", "--reuid=" + id, "--regid=" + id, "--clear-groups", "--"}, argv...)
 	}
+	var steps []string
+	if p.PIDNamespaces {
+		steps = append(steps, "mount -t proc proc /proc")
+	}
 	if p.Workspace != "" {
-		bind := `mount --bind -- "$1" "$2" && cd "$2" && shift 2 && exec "$@"`
-		argv = append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", bind, "sh", dir, p.Workspace}, argv...)
+		steps = append(steps, `mount --bind -- "$1" "$2" && cd "$2"`)
+	}
+	if len(steps) > 0 {
+		script := strings.Join(steps, " && ") + ` && shift 2 && exec "$@"`
+		argv = append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", dir, p.Workspace}, argv...)
+	}
+	if p.PIDNamespaces {
+		pid, err := p.holder(containerID)
+		if err != nil {
+			return nil, err
+		}
+		argv = append([]string{"nsenter", "--target", strconv.Itoa(pid), "--pid", "--"}, argv...)
 	}
 	return argv, nil
 }
