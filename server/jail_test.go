@@ -115,7 +115,22 @@ func TestSandboxJailOverHTTP(t *testing.T) {
 // session that kills everything it can; ending the session ends both.
 func TestTerminalOutlivesACommand(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	terminalOutlivesACommand(t, newHarness(t), func(out commandJSON) bool { return out.Stdout == "done\n" })
+}
+
+// In a pod the shells have a container of their own, whose processes a
+// command's container cannot see. The command's helper shares the
+// command's (a pod cannot make a PID namespace of its own): the command
+// ends it, and so itself, and answers as killed.
+func TestTerminalOutlivesACommandInAPod(t *testing.T) {
+	needRoot(t)
+	terminalOutlivesACommand(t, newHarness(t, onKube(t)), func(out commandJSON) bool {
+		return out.ExitCode == -1 && strings.Contains(out.Stderr, "ended the helper that ran it")
+	})
+}
+
+// answered says whether a command of kill -9 -1 answered as it should.
+func terminalOutlivesACommand(t *testing.T, h *harness, answered func(commandJSON) bool) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	term, res := owner.openTerminal(base)
@@ -129,7 +144,7 @@ func TestTerminalOutlivesACommand(t *testing.T) {
 	if !wait.Until(wait.Short, func() bool { return len(processesWith("sleep\x004711")) == 1 }) {
 		t.Fatal("the terminal's sleep did not start")
 	}
-	if out, res := owner.run(base, "kill -9 -1; echo done", ""); res.StatusCode != 200 || out.Stdout != "done\n" {
+	if out, res := owner.run(base, "kill -9 -1; echo done", ""); res.StatusCode != 200 || !answered(out) {
 		t.Fatalf("command: %d %+v", res.StatusCode, out)
 	}
 	// Not a wait: nothing is to happen, and this is the time a wrongly

@@ -67,10 +67,11 @@ func onKube(t *testing.T) func(*Config) {
 		}
 		uids := &podUIDs{next: c.Sandbox.UIDBase + c.Sandbox.UIDCount/2, of: map[string]uint32{}, folders: pods}
 		processes := &kubeexec.Processes{
-			Dir: uids.folder, UID: uids.uid, Workspace: workspace,
+			Dir: uids.folder, UID: uids.uid, Workspace: workspace, PIDNamespaces: true,
 			Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home},
 		}
 		rc := kubeexec.Serve(t, processes)
+		t.Cleanup(processes.Close)
 		kc := kube.Config{Namespace: "atelier-sandbox", Image: "rig", Helper: helper, Workspace: workspace, PoliciesEnforced: true}.Defaults()
 		c.Kube = &kc
 		c.kubeRig = &kubeAccess{rest: rc, api: fakeCluster(t)}

@@ -401,7 +401,7 @@ func TestClusterWaitRunning(t *testing.T) {
 		}
 		q.Status.Phase = phase
 		if waiting != "" {
-			q.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: waiting}}}}
+			q.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: commandsContainer, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: waiting}}}}
 		}
 		u, _ := toObject(withKind(q))
 		if err := f.Tracker().Update(apiResources["pods"], u, cfg.Namespace); err != nil {

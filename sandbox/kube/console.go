@@ -32,9 +32,10 @@ type podConsole struct {
 // the terminal above queues the rest, as it does before a PTY.
 const consoleInputBytes = 64 << 10
 
-// startConsole runs argv on a terminal of cols×rows in pod. The stream
-// lives until Kill or Close, or until the shell ends.
-func startConsole(e *Exec, pod string, argv []string, cols, rows int) *podConsole {
+// startConsole runs argv on a terminal of cols×rows in the pod's
+// container. The stream lives until Kill or Close, or until the shell
+// ends.
+func startConsole(e *Exec, pod, container string, argv []string, cols, rows int) *podConsole {
 	ctx, cancel := context.WithCancel(context.Background())
 	read, write := net.Pipe()
 	c := &podConsole{
@@ -45,7 +46,7 @@ func startConsole(e *Exec, pod string, argv []string, cols, rows int) *podConsol
 	go func() {
 		defer close(c.done)
 		defer write.Close() // the reader then meets the end of the output
-		code, err := e.Run(ctx, pod, argv, ExecOptions{Stdin: c.in, Stdout: write, TTY: true, Sizes: c.sizes})
+		code, err := e.Run(ctx, pod, argv, ExecOptions{Container: container, Stdin: c.in, Stdout: write, TTY: true, Sizes: c.sizes})
 		c.in.Close()
 		switch {
 		case ctx.Err() != nil:

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,6 +53,8 @@ func NewExec(cfg *rest.Config, namespace, container string) *Exec {
 
 // ExecOptions are the streams of one command.
 type ExecOptions struct {
+	// Container is the pod's container to run in; "": the Exec's.
+	Container string
 	// Stdin is the command's input. A WebSocket v4 stream (a kubelet
 	// reached directly, or an API server before v5) cannot tell the
 	// command that Stdin ended; SPDY and v5 can.
@@ -144,8 +147,8 @@ func (e *Exec) execURL(pod string, argv []string, o ExecOptions) (*url.URL, erro
 	}
 	u := base.JoinPath("api", "v1", "namespaces", e.namespace, "pods", pod, "exec")
 	q := url.Values{}
-	if e.container != "" {
-		q.Set("container", e.container)
+	if container := cmp.Or(o.Container, e.container); container != "" {
+		q.Set("container", container)
 	}
 	q["command"] = argv
 	flag := func(name string, on bool) {

@@ -41,10 +41,19 @@ const (
 
 // Where the pod's writable places are: the root file system is read-only.
 const (
-	homeDir       = "/home/atelier"
-	tmpDir        = "/tmp"
-	podHostname   = "sandbox"
-	containerName = "sandbox"
+	homeDir     = "/home/atelier"
+	tmpDir      = "/tmp"
+	podHostname = "sandbox"
+)
+
+// A session's pod has two containers on the same volumes and network: one
+// for its commands (and the copies in and looks at the workspace), one
+// for its shells. Each is a PID namespace of its own, so a command can
+// signal no shell (`kill -9 -1` ends its own container's processes), as
+// in the jail, where every command has a PID namespace of its own.
+const (
+	commandsContainer = "sandbox"
+	shellsContainer   = "shells"
 )
 
 // podGraceSeconds is short: the pod's main process only waits, and a
@@ -92,10 +101,13 @@ func sessionLabels(s sandbox.Session) map[string]string {
 	}
 }
 
-// podFor is the pod that runs session s's commands: one container whose
-// main process waits while commands arrive through pods/exec, with
-// nothing of the cluster in reach (no token, no service links, no host
-// namespaces) and nothing but its emptyDirs writable.
+// podFor is the pod that runs session s's commands and shells: two
+// containers whose main processes wait while commands arrive through
+// pods/exec, with nothing of the cluster in reach (no token, no service
+// links, no host namespaces) and nothing but its emptyDirs writable.
+// Kubernetes bounds each container on its own: each has the settings'
+// limits, and the shells' asks the scheduler for a quarter of them, as
+// shells mostly wait.
 func podFor(cfg Config, s sandbox.Session) *corev1.Pod {
 	yes, no := true, false
 	uid := cfg.UID
@@ -111,6 +123,31 @@ func podFor(cfg Config, s sandbox.Session) *corev1.Pod {
 		corev1.ResourceCPU:              cfg.CPU.DeepCopy(),
 		corev1.ResourceMemory:           cfg.Memory.DeepCopy(),
 		corev1.ResourceEphemeralStorage: ephemeral,
+	}
+	container := func(name string, requests corev1.ResourceList) corev1.Container {
+		return corev1.Container{
+			Name:       name,
+			Image:      cfg.Image,
+			Command:    []string{cfg.Helper, inpod.Arg, "idle"},
+			WorkingDir: cfg.Workspace,
+			// PATH stays the image's: its toolchains put themselves on it.
+			Env: []corev1.EnvVar{{Name: "HOME", Value: homeDir}},
+			Resources: corev1.ResourceRequirements{
+				Requests: requests,
+				Limits:   amounts.DeepCopy(),
+			},
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: &no,
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				ReadOnlyRootFilesystem:   &yes,
+				RunAsNonRoot:             &yes,
+			},
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: "workspace", MountPath: cfg.Workspace},
+				{Name: "home", MountPath: homeDir},
+				{Name: "tmp", MountPath: tmpDir},
+			},
+		}
 	}
 	emptyDir := func(name string, medium corev1.StorageMedium, size resource.Quantity) corev1.Volume {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
@@ -141,30 +178,10 @@ func podFor(cfg Config, s sandbox.Session) *corev1.Pod {
 				FSGroup:        &uid,
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			Containers: []corev1.Container{{
-				Name:       containerName,
-				Image:      cfg.Image,
-				Command:    []string{cfg.Helper, inpod.Arg, "idle"},
-				WorkingDir: cfg.Workspace,
-				// PATH stays the image's: its toolchains put themselves
-				// on it.
-				Env: []corev1.EnvVar{{Name: "HOME", Value: homeDir}},
-				Resources: corev1.ResourceRequirements{
-					Requests: amounts,
-					Limits:   amounts.DeepCopy(),
-				},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: &no,
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-					ReadOnlyRootFilesystem:   &yes,
-					RunAsNonRoot:             &yes,
-				},
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: "workspace", MountPath: cfg.Workspace},
-					{Name: "home", MountPath: homeDir},
-					{Name: "tmp", MountPath: tmpDir},
-				},
-			}},
+			Containers: []corev1.Container{
+				container(commandsContainer, amounts),
+				container(shellsContainer, quarter(amounts)),
+			},
 			Volumes: []corev1.Volume{
 				emptyDir("workspace", corev1.StorageMediumDefault, cfg.WorkspaceMax),
 				emptyDir("home", corev1.StorageMediumDefault, cfg.HomeMax),
@@ -299,4 +316,13 @@ func unmapBits(p netip.Prefix) int {
 		return 96
 	}
 	return 0
+}
+
+// quarter is a quarter of each amount.
+func quarter(amounts corev1.ResourceList) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for name, q := range amounts {
+		out[name] = *resource.NewMilliQuantity(q.MilliValue()/4, q.Format)
+	}
+	return out
 }

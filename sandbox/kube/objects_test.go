@@ -67,41 +67,48 @@ func TestPodShape(t *testing.T) {
 		t.Errorf("pod security context %+v", psc)
 	}
 
-	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 || len(spec.EphemeralContainers) != 0 {
+	// Two containers, one for commands and one for shells, alike but for
+	// their names: each a PID namespace of its own on the same volumes.
+	if len(spec.Containers) != 2 || len(spec.InitContainers) != 0 || len(spec.EphemeralContainers) != 0 {
 		t.Fatalf("containers %d", len(spec.Containers))
 	}
-	c := spec.Containers[0]
-	if c.Name != "sandbox" || c.Image != cfg.Image || !slices.Equal(c.Command, []string{cfg.Helper, "sandbox-pod", "idle"}) || len(c.Args) != 0 {
-		t.Errorf("container %q image %q command %q", c.Name, c.Image, c.Command)
+	if spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
+		t.Error("the containers share their processes")
 	}
-	sc := c.SecurityContext
-	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || !is(sc.ReadOnlyRootFilesystem) ||
-		!is(sc.RunAsNonRoot) || sc.Privileged != nil && *sc.Privileged || sc.Capabilities == nil ||
-		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
-		t.Errorf("container security context %+v", sc)
-	}
-	if len(c.Env) != 1 || c.Env[0] != (corev1.EnvVar{Name: "HOME", Value: homeDir}) {
-		t.Errorf("env %v: want HOME alone (PATH is the image's)", c.Env)
-	}
-
-	// Every writable place is an emptyDir of bounded size; /tmp in memory.
-	wantVolumes := map[string]struct {
-		size   resource.Quantity
-		memory bool
-	}{"/workspace": {cfg.WorkspaceMax, false}, homeDir: {cfg.HomeMax, false}, "/tmp": {cfg.TmpMax, true}}
-	if len(c.VolumeMounts) != len(wantVolumes) || len(spec.Volumes) != len(wantVolumes) {
-		t.Fatalf("mounts %v volumes %v", c.VolumeMounts, spec.Volumes)
-	}
-	for _, m := range c.VolumeMounts {
-		want, ok := wantVolumes[m.MountPath]
-		i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
-		if !ok || i < 0 || m.ReadOnly {
-			t.Errorf("mount %+v", m)
-			continue
+	for i, name := range []string{"sandbox", "shells"} {
+		c := spec.Containers[i]
+		if c.Name != name || c.Image != cfg.Image || !slices.Equal(c.Command, []string{cfg.Helper, "sandbox-pod", "idle"}) || len(c.Args) != 0 {
+			t.Errorf("container %q image %q command %q", c.Name, c.Image, c.Command)
 		}
-		ed := spec.Volumes[i].EmptyDir
-		if ed == nil || ed.SizeLimit == nil || ed.SizeLimit.Cmp(want.size) != 0 || (ed.Medium == corev1.StorageMediumMemory) != want.memory {
-			t.Errorf("volume at %s: %+v", m.MountPath, spec.Volumes[i].VolumeSource)
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || !is(sc.ReadOnlyRootFilesystem) ||
+			!is(sc.RunAsNonRoot) || sc.Privileged != nil && *sc.Privileged || sc.Capabilities == nil ||
+			!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+			t.Errorf("%s: container security context %+v", name, sc)
+		}
+		if len(c.Env) != 1 || c.Env[0] != (corev1.EnvVar{Name: "HOME", Value: homeDir}) {
+			t.Errorf("%s: env %v: want HOME alone (PATH is the image's)", name, c.Env)
+		}
+
+		// Every writable place is an emptyDir of bounded size; /tmp in memory.
+		wantVolumes := map[string]struct {
+			size   resource.Quantity
+			memory bool
+		}{"/workspace": {cfg.WorkspaceMax, false}, homeDir: {cfg.HomeMax, false}, "/tmp": {cfg.TmpMax, true}}
+		if len(c.VolumeMounts) != len(wantVolumes) || len(spec.Volumes) != len(wantVolumes) {
+			t.Fatalf("%s: mounts %v volumes %v", name, c.VolumeMounts, spec.Volumes)
+		}
+		for _, m := range c.VolumeMounts {
+			want, ok := wantVolumes[m.MountPath]
+			i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+			if !ok || i < 0 || m.ReadOnly {
+				t.Errorf("%s: mount %+v", name, m)
+				continue
+			}
+			ed := spec.Volumes[i].EmptyDir
+			if ed == nil || ed.SizeLimit == nil || ed.SizeLimit.Cmp(want.size) != 0 || (ed.Medium == corev1.StorageMediumMemory) != want.memory {
+				t.Errorf("%s: volume at %s: %+v", name, m.MountPath, spec.Volumes[i].VolumeSource)
+			}
 		}
 	}
 }
@@ -119,20 +126,30 @@ func TestPodLimits(t *testing.T) {
 	cfg := testConfig()
 	cfg.CPU, cfg.Memory = resource.MustParse("1500m"), resource.MustParse("3Gi")
 	cfg.Ephemeral, cfg.WorkspaceMax, cfg.HomeMax = resource.MustParse("1Gi"), resource.MustParse("5Gi"), resource.MustParse("2Gi")
-	r := podFor(cfg, sandbox.Session{ID: "a"}).Spec.Containers[0].Resources
-	want := map[corev1.ResourceName]string{
+	containers := podFor(cfg, sandbox.Session{ID: "a"}).Spec.Containers
+	commands, shells := containers[0].Resources, containers[1].Resources
+	limits := map[corev1.ResourceName]string{
 		corev1.ResourceCPU:    "1500m",
 		corev1.ResourceMemory: "3Gi",
 		// The disk emptyDirs count against ephemeral-storage.
 		corev1.ResourceEphemeralStorage: "8Gi",
 	}
-	for _, list := range []corev1.ResourceList{r.Limits, r.Requests} {
-		if len(list) != len(want) {
-			t.Fatalf("resources %v", list)
+	// The shells' container asks for a quarter of what it may use.
+	quarter := map[corev1.ResourceName]string{
+		corev1.ResourceCPU:              "375m",
+		corev1.ResourceMemory:           "768Mi",
+		corev1.ResourceEphemeralStorage: "2Gi",
+	}
+	for i, tc := range []struct {
+		list corev1.ResourceList
+		want map[corev1.ResourceName]string
+	}{{commands.Limits, limits}, {commands.Requests, limits}, {shells.Limits, limits}, {shells.Requests, quarter}} {
+		if len(tc.list) != len(tc.want) {
+			t.Fatalf("%d: resources %v", i, tc.list)
 		}
-		for name, q := range want {
-			if got := list[name]; got.Cmp(resource.MustParse(q)) != 0 {
-				t.Errorf("%s = %s, want %s", name, got.String(), q)
+		for name, q := range tc.want {
+			if got := tc.list[name]; got.Cmp(resource.MustParse(q)) != 0 {
+				t.Errorf("%d: %s = %s, want %s", i, name, got.String(), q)
 			}
 		}
 	}

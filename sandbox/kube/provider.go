@@ -96,6 +96,19 @@ const (
 // errHelperLate: the pod's helper did not answer in time.
 var errHelperLate = errors.New("kube: the pod's helper did not answer in time")
 
+// helperExit is a pod's helper that ended without its status.
+type helperExit struct {
+	code   int
+	stderr string
+}
+
+func (e *helperExit) Error() string {
+	return fmt.Sprintf("kube: the pod's helper exited %d: %s", e.code, e.stderr)
+}
+
+// killedExit is the exit code exec reports for a process SIGKILLed.
+const killedExit = 128 + int(syscall.SIGKILL)
+
 // maintainEvery is how often the warm pool is topped up and pods of ended
 // sessions are reaped, by every instance.
 const maintainEvery = 30 * time.Second
@@ -115,7 +128,7 @@ func New(cfg Config, rc *rest.Config, api dynamic.Interface, open OpenSessions, 
 			return nil, fmt.Errorf("kube: %w", err)
 		}
 	}
-	return newProvider(cfg, api, NewExec(rc, cfg.Namespace, containerName), open, log), nil
+	return newProvider(cfg, api, NewExec(rc, cfg.Namespace, commandsContainer), open, log), nil
 }
 
 func newProvider(cfg Config, api dynamic.Interface, exec *Exec, open OpenSessions, log *slog.Logger) *Provider {
@@ -265,7 +278,7 @@ func (p *Provider) unpack(ctx context.Context, pod string, tarball io.Reader, re
 		args = append(args, "-reset")
 	}
 	var status inpod.UnpackStatus
-	err := p.frames(ctx, pod, p.helper("unpack", args...), helperWork, tarball, &status, func(kind byte, payload []byte, _ *inpod.FrameReader) error {
+	err := p.frames(ctx, pod, commandsContainer, p.helper("unpack", args...), helperWork, tarball, &status, func(kind byte, payload []byte, _ *inpod.FrameReader) error {
 		if kind == inpod.FrameEntry && written != nil {
 			return written(payload)
 		}
@@ -283,7 +296,7 @@ func (p *Provider) unpack(ctx context.Context, pod string, tarball io.Reader, re
 // frames runs a helper verb and hands each frame but the last to each;
 // the last, the status, is decoded into status. Whatever the helper
 // sends is bounded by frameMax a frame.
-func (p *Provider) frames(ctx context.Context, pod string, argv []string, limit time.Duration, stdin io.Reader, status any,
+func (p *Provider) frames(ctx context.Context, pod, container string, argv []string, limit time.Duration, stdin io.Reader, status any,
 	each func(kind byte, payload []byte, fr *inpod.FrameReader) error) error {
 	// The helper bounds its work itself, but it shares its user with the
 	// session's code, which may have stopped it: the server does not wait
@@ -294,14 +307,14 @@ func (p *Provider) frames(ctx context.Context, pod string, argv []string, limit 
 	var stderr limitedBuffer
 	ran := make(chan error, 1)
 	go func() {
-		code, err := p.exec.Run(ctx, pod, argv, ExecOptions{Stdin: stdin, Stdout: in, Stderr: &stderr})
+		code, err := p.exec.Run(ctx, pod, argv, ExecOptions{Container: container, Stdin: stdin, Stdout: in, Stderr: &stderr})
 		if requests, ok := stdin.(*io.PipeReader); ok {
 			// Whoever writes to the helper's input as it goes (Changed's
 			// requests) must not wait on an exec that ended.
 			requests.CloseWithError(io.ErrClosedPipe)
 		}
 		if err == nil && code != 0 {
-			err = fmt.Errorf("kube: the pod's helper exited %d: %s", code, stderr.String())
+			err = &helperExit{code: code, stderr: stderr.String()}
 		}
 		in.CloseWithError(err)
 		ran <- err
@@ -390,7 +403,8 @@ func (p *Provider) Run(ctx context.Context, s sandbox.Session, c sandbox.Command
 	hold, release := io.Pipe()
 	defer release.Close()
 	var status inpod.RunStatus
-	err = p.frames(ctx, ws.pod, p.helper("run", args...), lim.Timeout+p.grace, hold, &status, func(kind byte, payload []byte, _ *inpod.FrameReader) error {
+	began := time.Now()
+	err = p.frames(ctx, ws.pod, commandsContainer, p.helper("run", args...), lim.Timeout+p.grace, hold, &status, func(kind byte, payload []byte, _ *inpod.FrameReader) error {
 		switch kind {
 		case inpod.FrameStdout:
 			out.Stdout(payload)
@@ -401,7 +415,19 @@ func (p *Provider) Run(ctx context.Context, s sandbox.Session, c sandbox.Command
 	})
 	res := sandbox.Result{ExitCode: status.Exit, Signal: status.Signal, Duration: time.Duration(status.DurationNs)}
 	out.Fill(&res)
+	var exit *helperExit
 	switch {
+	case errors.As(err, &exit) && exit.code == killedExit && ctx.Err() == nil:
+		// The command killed its helper (kill -9 -1 does): in a pod both
+		// are one user in one PID namespace. What it left running ends
+		// here, as the helper would have ended it, and it answers as a
+		// command killed, with what it wrote until then.
+		if kerr := p.killIn(ctx, ws.pod, commandsContainer); kerr != nil {
+			return nil, kerr
+		}
+		res.ExitCode, res.Signal, res.Duration = -1, "killed", time.Since(began)
+		res.Stderr = append(res.Stderr, "atelier: the command ended the helper that ran it, and so itself\n"...)
+		return &res, nil
 	case ctx.Err() != nil:
 		return nil, &sandbox.RunError{Kind: sandbox.Canceled, Partial: res, Err: context.Cause(ctx)}
 	case errors.Is(err, errHelperLate):
@@ -433,7 +459,7 @@ func (p *Provider) Start(_ context.Context, s sandbox.Session, cols, rows int) (
 	if err != nil {
 		return nil, err
 	}
-	return startConsole(p.exec, ws.pod, p.helper("shell", "-root", p.cfg.Workspace), cols, rows), nil
+	return startConsole(p.exec, ws.pod, shellsContainer, p.helper("shell", "-root", p.cfg.Workspace), cols, rows), nil
 }
 
 // Changed has the pod's helper compare the workspace with the manifest
@@ -469,7 +495,7 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 	w := &podWalk{visit: visit, requests: requests, met: map[string]inpod.Entry{}}
 	var status inpod.ChangesStatus
 	entries := 0
-	err = p.frames(ctx, ws.pod, p.helper("changes", args...), helperWork, input, &status, func(kind byte, payload []byte, fr *inpod.FrameReader) error {
+	err = p.frames(ctx, ws.pod, commandsContainer, p.helper("changes", args...), helperWork, input, &status, func(kind byte, payload []byte, fr *inpod.FrameReader) error {
 		var e inpod.Entry
 		switch kind {
 		case inpod.FrameEntry:
@@ -701,14 +727,24 @@ func (p *Provider) KillAll(ctx context.Context, s sandbox.Session) error {
 	return p.killAllIn(ctx, pod.Name)
 }
 
-// killAllIn ends every process in pod but its main one.
+// killAllIn ends every process in pod but its containers' main ones.
 func (p *Provider) killAllIn(ctx context.Context, pod string) error {
+	for _, container := range []string{commandsContainer, shellsContainer} {
+		if err := p.killIn(ctx, pod, container); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// killIn ends every process in the pod's container but its main one.
+func (p *Provider) killIn(ctx context.Context, pod, container string) error {
 	var status inpod.KillStatus
-	if err := p.frames(ctx, pod, p.helper("killall"), p.grace, nil, &status, ignoreFrames); err != nil {
+	if err := p.frames(ctx, pod, container, p.helper("killall"), p.grace, nil, &status, ignoreFrames); err != nil {
 		return err
 	}
 	if status.Left > 0 {
-		return fmt.Errorf("%w: %d processes in pod %s", sandbox.ErrProcessesLeft, status.Left, pod)
+		return fmt.Errorf("%w: %d processes in pod %s, container %s", sandbox.ErrProcessesLeft, status.Left, pod, container)
 	}
 	return nil
 }

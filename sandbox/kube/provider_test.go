@@ -57,7 +57,7 @@ func newRigProvider(t *testing.T, open OpenSessions) (*Provider, *fakeAPI, strin
 		return false, nil, unstructured.SetNestedField(u.Object, "Running", "status", "phase")
 	})
 	rc := kubeexec.Serve(t, &kubeexec.Processes{Dir: func(string) (string, error) { return root, nil }})
-	p := newProvider(cfg, api, NewExec(rc, cfg.Namespace, containerName), open, slog.New(slog.DiscardHandler))
+	p := newProvider(cfg, api, NewExec(rc, cfg.Namespace, commandsContainer), open, slog.New(slog.DiscardHandler))
 	t.Cleanup(func() { p.Close(context.Background()) })
 	return p, api, root
 }
