@@ -295,7 +295,15 @@ func commandsAreMetered(t *testing.T, h *harness) {
 // page never reads a reservation its command no longer holds.
 func TestTheAnswerDoesNotWaitForTheMeter(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	answerDoesNotWaitForTheMeter(t, newHarness(t))
+}
+
+func TestTheAnswerDoesNotWaitForTheMeterInAPod(t *testing.T) {
+	needRoot(t)
+	answerDoesNotWaitForTheMeter(t, newHarness(t, onKube(t)))
+}
+
+func answerDoesNotWaitForTheMeter(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	type history struct {

@@ -191,7 +191,16 @@ func recordATerminal(t *testing.T, h *harness) {
 // stop, and the list says it stopped there.
 func TestARecordingStopsAtItsBound(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t, func(c *Config) { c.RecordingMaxBytes = terminal.MinRecordingBytes })
+	recordingStopsAtItsBound(t)
+}
+
+func TestARecordingStopsAtItsBoundInAPod(t *testing.T) {
+	needRoot(t)
+	recordingStopsAtItsBound(t, onKube(t))
+}
+
+func recordingStopsAtItsBound(t *testing.T, tweak ...func(*Config)) {
+	h := newHarness(t, append(tweak, func(c *Config) { c.RecordingMaxBytes = terminal.MinRecordingBytes })...)
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	term, res := owner.openTerminal(base)

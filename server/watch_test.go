@@ -233,7 +233,16 @@ func watchASharedTerminal(t *testing.T, h *harness) {
 // through b ends the watch that a serves.
 func TestAWatcherReachesTheShellThroughAnyInstance(t *testing.T) {
 	needRoot(t)
-	a, b, owner, _, base := clusterOf(t)
+	watcherReachesTheShellThroughAnyInstance(t)
+}
+
+func TestAWatcherReachesTheShellThroughAnyInstanceInAPod(t *testing.T) {
+	needRoot(t)
+	watcherReachesTheShellThroughAnyInstance(t, onKube(t))
+}
+
+func watcherReachesTheShellThroughAnyInstance(t *testing.T, tweak ...func(*Config)) {
+	a, b, owner, _, base := clusterOf(t, tweak...)
 	id, err := strconv.ParseInt(strings.Split(base, "/")[2], 10, 64)
 	if err != nil {
 		t.Fatal(err)
