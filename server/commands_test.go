@@ -487,7 +487,15 @@ func TestSandboxNetworkAllowUnavailable(t *testing.T) {
 // keeps its executable bit.
 func TestEditorSavesBelongToTheSessionUser(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	editorSavesBelongToTheSessionUser(t, newHarness(t))
+}
+
+func TestEditorSavesBelongToTheSessionUserInAPod(t *testing.T) {
+	needRoot(t)
+	editorSavesBelongToTheSessionUser(t, newHarness(t, onKube(t)))
+}
+
+func editorSavesBelongToTheSessionUser(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	// The first command builds the checkout; saves after it land in it.

@@ -363,7 +363,8 @@ func (p *Provider) Write(ctx context.Context, s sandbox.Session, f sandbox.File)
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	h := &tar.Header{Name: f.Path, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(f.Content)), Format: tar.FormatPAX}
+	h := &tar.Header{Name: f.Path, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(f.Content)), Format: tar.FormatPAX,
+		PAXRecords: map[string]string{inpod.KeepExecRecord: "1"}}
 	if !f.Exists {
 		h.Size = 0
 		h.PAXRecords = map[string]string{inpod.RemoveRecord: "1"}

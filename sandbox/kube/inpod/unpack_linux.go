@@ -15,9 +15,14 @@ import (
 	"syscall"
 )
 
-// RemoveRecord is the PAX record that makes a tar entry a deletion: its
-// path and everything below it are removed.
-const RemoveRecord = "ATELIER.remove"
+// PAX records of the server's tar entries. RemoveRecord makes an entry a
+// deletion: its path and everything below it are removed. KeepExecRecord
+// makes a file's entry keep the executable bits of the regular file it
+// replaces, as an editor's save keeps a script runnable.
+const (
+	RemoveRecord   = "ATELIER.remove"
+	KeepExecRecord = "ATELIER.keepexec"
+)
 
 func unpackVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet("unpack", flag.ContinueOnError)
@@ -105,7 +110,13 @@ func writeEntry(root *os.Root, name string, h *tar.Header, content io.Reader, re
 	var err error
 	switch h.Typeflag {
 	case tar.TypeReg:
-		e, err = writeFile(root, name, fs.FileMode(h.Mode)&0o777, content)
+		mode := fs.FileMode(h.Mode) & 0o777
+		if h.PAXRecords[KeepExecRecord] == "1" {
+			if fi, err := root.Lstat(name); err == nil && fi.Mode().IsRegular() {
+				mode |= fi.Mode().Perm() & 0o111
+			}
+		}
+		e, err = writeFile(root, name, mode, content)
 	case tar.TypeDir:
 		e, err = writeDir(root, name, fs.FileMode(h.Mode)&0o777|0o700)
 	case tar.TypeSymlink:

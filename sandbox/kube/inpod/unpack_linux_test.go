@@ -5,6 +5,7 @@ package inpod
 import (
 	"archive/tar"
 	"bytes"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,7 +18,7 @@ type tarEntry struct {
 	name, body, link string
 	typ              byte
 	mode             int64
-	remove           bool
+	remove, keepExec bool
 }
 
 func file(name, body string) tarEntry {
@@ -29,6 +30,14 @@ func link(name, target string) tarEntry {
 }
 func removal(name string) tarEntry { return tarEntry{name: name, typ: tar.TypeReg, remove: true} }
 
+// save is a file as an editor's save writes it: 0644, keeping the
+// executable bits of the file it replaces.
+func save(name, body string) tarEntry {
+	e := file(name, body)
+	e.keepExec = true
+	return e
+}
+
 func tarStream(t *testing.T, entries ...tarEntry) *bytes.Buffer {
 	t.Helper()
 	var buf bytes.Buffer
@@ -37,6 +46,9 @@ func tarStream(t *testing.T, entries ...tarEntry) *bytes.Buffer {
 		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Size: int64(len(e.body)), Linkname: e.link, Format: tar.FormatPAX}
 		if e.remove {
 			h.PAXRecords = map[string]string{RemoveRecord: "1"}
+		}
+		if e.keepExec {
+			h.PAXRecords = map[string]string{KeepExecRecord: "1"}
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			t.Fatal(err)
@@ -213,5 +225,26 @@ func assertOnly(t *testing.T, folder string, names ...string) {
 	}
 	if strings.Join(got, ",") != strings.Join(names, ",") {
 		t.Errorf("%s holds %q, want %q", folder, got, names)
+	}
+}
+
+// A save keeps a script runnable, and a plain file plain; a file's entry
+// without the record takes the mode the tar gives it.
+func TestUnpackSaveKeepsTheExecutableBits(t *testing.T) {
+	root := t.TempDir()
+	script, plain := file("run.sh", "#!/bin/sh\n"), file("notes", "n")
+	script.mode = 0o750
+	unpackInto(t, root, nil, script, plain, file("other.sh", "#!/bin/sh\n"))
+	if err := os.Chmod(filepath.Join(root, "other.sh"), 0o755); err != nil { // as a command's chmod +x
+		t.Fatal(err)
+	}
+	if _, st := unpackInto(t, root, nil, save("run.sh", "#!/bin/sh\necho two\n"), save("notes", "m"), save("new", "x"), file("other.sh", "#!/bin/sh\n")); st.Error != "" {
+		t.Fatal(st.Error)
+	}
+	for name, want := range map[string]fs.FileMode{"run.sh": 0o754, "notes": 0o644, "new": 0o644, "other.sh": 0o644} {
+		fi, err := os.Lstat(filepath.Join(root, name))
+		if err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v %v, want %v", name, fi.Mode(), err, want)
+		}
 	}
 }
