@@ -451,7 +451,15 @@ func TestDashboardStreamsCountInTheGate(t *testing.T) {
 // lists no longer hold it.
 func TestDashboardEndsSessionEverywhere(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	dashboardEndsSessionEverywhere(t, newHarness(t))
+}
+
+func TestDashboardEndsSessionEverywhereInAPod(t *testing.T) {
+	needRoot(t)
+	dashboardEndsSessionEverywhere(t, newHarness(t, onKube(t)))
+}
+
+func dashboardEndsSessionEverywhere(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	root := h.user("root", true)
 	s, base := owner.session(id)

@@ -17,7 +17,15 @@ import (
 // write). BEGIN and COMMIT are counted apart and reported.
 func TestHotPathRoundTrips(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	hotPathRoundTrips(t, newHarness(t))
+}
+
+func TestHotPathRoundTripsInAPod(t *testing.T) {
+	needRoot(t)
+	hotPathRoundTrips(t, newHarness(t, onKube(t)))
+}
+
+func hotPathRoundTrips(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	term, res := owner.openTerminal(base)
@@ -82,7 +90,15 @@ func TestHotPathRoundTrips(t *testing.T) {
 // session in which someone types does not go idle.
 func TestTypingKeepsTheSessionAlive(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	typingKeepsTheSessionAlive(t, newHarness(t))
+}
+
+func TestTypingKeepsTheSessionAliveInAPod(t *testing.T) {
+	needRoot(t)
+	typingKeepsTheSessionAlive(t, newHarness(t, onKube(t)))
+}
+
+func typingKeepsTheSessionAlive(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	s, base := owner.session(id)
 	ctx := context.Background()

@@ -232,7 +232,15 @@ func TestMetricsNameEveryMeasure(t *testing.T) {
 
 func TestMetricsFollowCommandsSessionsAndStreams(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t, withMetricsToken)
+	metricsFollowCommandsSessionsAndStreams(t, newHarness(t, withMetricsToken))
+}
+
+func TestMetricsFollowCommandsSessionsAndStreamsInAPod(t *testing.T) {
+	needRoot(t)
+	metricsFollowCommandsSessionsAndStreams(t, newHarness(t, withMetricsToken, onKube(t)))
+}
+
+func metricsFollowCommandsSessionsAndStreams(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	project := map[string]string{"project_id": itoa(id)}
 	before := h.scrape()

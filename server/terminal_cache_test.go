@@ -28,7 +28,15 @@ func (h *harness) signIn(name string) *client {
 // the very next request, with the cookie the person still holds.
 func TestTerminalRequestsSkipTheDatabase(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	terminalRequestsSkipTheDatabase(t, newHarness(t))
+}
+
+func TestTerminalRequestsSkipTheDatabaseInAPod(t *testing.T) {
+	needRoot(t)
+	terminalRequestsSkipTheDatabase(t, newHarness(t, onKube(t)))
+}
+
+func terminalRequestsSkipTheDatabase(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	dev := h.user("dev", false)
 	owner.addMember(id, "dev", "admin")
