@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -244,7 +243,15 @@ func TestResetLinkWorksOnceAndExpires(t *testing.T) {
 // again, they sign in.
 func TestDisabledPersonCannotSignInAndTheirShellEnds(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	disabledPersonCannotSignInAndTheirShellEnds(t, newHarness(t))
+}
+
+func TestDisabledPersonCannotSignInAndTheirShellEndsInAPod(t *testing.T) {
+	needRoot(t)
+	disabledPersonCannotSignInAndTheirShellEnds(t, newHarness(t, onKube(t)))
+}
+
+func disabledPersonCannotSignInAndTheirShellEnds(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	root := h.user("root", true)
 	other := h.signInWith("owner", "password-owner")
@@ -253,7 +260,7 @@ func TestDisabledPersonCannotSignInAndTheirShellEnds(t *testing.T) {
 	if res.StatusCode != http.StatusCreated {
 		t.Fatalf("terminal: %d %s", res.StatusCode, readBody(res))
 	}
-	pid := shellPid(t, h, term.ID)
+	gone := shellGone(t, h, term.ID)
 
 	expectProblem(t, root.post("/admin/users/root/disable", nil, jsonAccept), http.StatusConflict, "own_account")
 	users := root.page("/admin/users")
@@ -268,7 +275,7 @@ func TestDisabledPersonCannotSignInAndTheirShellEnds(t *testing.T) {
 		t.Fatal("a disabled person is still signed in")
 	}
 	waitClosed(t, h, term.ID, "its person's disabling")
-	wait.For(t, wait.Long, "the shell's process to end", func() bool { return syscall.Kill(pid, 0) != nil })
+	wait.For(t, wait.Long, "the shell's process to end", gone)
 	cs, err := h.store.SessionByID(t.Context(), s.ID)
 	if err != nil || cs.State != models.SessionClosed || cs.CloseReason == nil || *cs.CloseReason != editsession.ReasonDisabled {
 		t.Fatalf("the session after the disabling: %+v %v", cs, err)

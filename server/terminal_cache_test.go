@@ -108,11 +108,22 @@ func terminalRequestsSkipTheDatabase(t *testing.T, h *harness) {
 // on the other at the next lease heartbeat.
 func TestTerminalRevocationReachesAnotherInstance(t *testing.T) {
 	needRoot(t)
-	one := newHarness(t)
+	terminalRevocationReachesAnotherInstance(t)
+}
+
+func TestTerminalRevocationReachesAnotherInstanceInAPod(t *testing.T) {
+	needRoot(t)
+	terminalRevocationReachesAnotherInstance(t, onKube(t))
+}
+
+func terminalRevocationReachesAnotherInstance(t *testing.T, tweak ...func(*Config)) {
+	one := newHarness(t, tweak...)
 	// The same data folder too: the second instance reads the project's
-	// repository as a deployment's shared storage would let it.
+	// repository as a deployment's shared storage would let it; and the
+	// same cluster.
 	two := newHarnessOn(t, one.store, nil, func(c *Config) {
 		c.DataDir, c.WorkspacesRoot, c.SandboxArea = one.cfg.DataDir, one.cfg.WorkspacesRoot, one.cfg.SandboxArea
+		c.Kube, c.kubeRig = one.cfg.Kube, one.cfg.kubeRig
 	})
 	owner, id := editable(t, one)
 	devOnOne := one.user("dev", false)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -220,6 +221,19 @@ func shellPid(t *testing.T, h *harness, id string) int {
 		t.Fatalf("no shell process: %v", err)
 	}
 	return tm.Pid()
+}
+
+// shellGone says whether the process of terminal id's shell has ended: in
+// the jail by its pid, in a pod of the rig (a process of another host,
+// were it a cluster) by every process of the harness's sandboxes gone.
+func shellGone(t *testing.T, h *harness, id string) func() bool {
+	t.Helper()
+	if h.cfg.Kube != nil {
+		wait.For(t, wait.Short, "the shell's process", func() bool { return len(sandboxProcesses(h)) > 0 })
+		return func() bool { return len(sandboxProcesses(h)) == 0 }
+	}
+	pid := shellPid(t, h, id)
+	return func() bool { return syscall.Kill(pid, 0) != nil }
 }
 
 // mustTerminal is a terminal this instance runs.
