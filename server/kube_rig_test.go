@@ -67,7 +67,9 @@ func onKube(t *testing.T) func(*Config) {
 		}
 		uids := &podUIDs{next: c.Sandbox.UIDBase + c.Sandbox.UIDCount/2, of: map[string]uint32{}, folders: pods}
 		processes := &kubeexec.Processes{
-			Dir: uids.folder, UID: uids.uid, Workspace: workspace, PIDNamespaces: true,
+			Dir: uids.folder, UID: uids.uid, Workspace: workspace,
+			// Each container's 1 is the pod's main process, which reaps.
+			PIDNamespaces: true, Init: []string{helper, "sandbox-pod", "idle"},
 			Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home},
 		}
 		rc := kubeexec.Serve(t, processes)

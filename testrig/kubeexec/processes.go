@@ -43,6 +43,10 @@ type Processes struct {
 	// their processes): a command's kill -1 reaches its container's
 	// processes alone. Close ends them.
 	PIDNamespaces bool
+	// Init is the command that is each such namespace's 1, as a
+	// container's main process is, which reaps the orphans that come to
+	// it; nil: sleep, which reaps none (they stay zombies).
+	Init []string
 
 	sent atomic.Int64 // see Sent
 
@@ -68,7 +72,11 @@ func (p *Processes) holder(containerID string) (int, error) {
 	if h, ok := p.holders[containerID]; ok {
 		return h.Pid, nil
 	}
-	cmd := exec.Command("sleep", "infinity")
+	argv := p.Init
+	if len(argv) == 0 {
+		argv = []string{"sleep", "infinity"}
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("kubeexec: a PID namespace for %s: %w", containerID, err)
