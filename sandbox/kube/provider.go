@@ -483,10 +483,10 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 	knownList := slices.Collect(maps.Values(ws.known))
 	sections := bytes.NewBuffer(slices.Clip(ws.manifest))
 	sections.WriteByte('\n')
+	var line []byte
 	for _, e := range knownList {
-		line, _ := json.Marshal(e)
+		line = append(inpod.AppendKnown(line[:0], e), '\n')
 		sections.Write(line)
-		sections.WriteByte('\n')
 	}
 	sections.WriteByte('\n')
 	input, requests := io.Pipe()

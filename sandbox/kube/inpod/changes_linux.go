@@ -111,16 +111,16 @@ type knownFile struct {
 	line int
 }
 
-// readKnown reads the known section: files the server has met as they
-// were, by their number in it.
+// readKnown reads the known section (lines of AppendKnown): files the
+// server has met as they were, by their number in it.
 func readKnown(sc *bufio.Scanner) (map[string]knownFile, error) {
 	m := make(map[string]knownFile)
 	for line := 0; sc.Scan(); line++ {
 		if len(sc.Bytes()) == 0 {
 			return m, nil
 		}
-		var e Entry
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+		e, err := ParseKnown(sc.Text())
+		if err != nil {
 			return nil, fmt.Errorf("inpod: changes: read known files: %w", err)
 		}
 		m[e.Path] = knownFile{e, line}

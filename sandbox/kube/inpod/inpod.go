@@ -17,10 +17,12 @@ package inpod
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -197,4 +199,41 @@ func environ(env []string, term string) []string {
 		out = append(out, "LANG=C.UTF-8")
 	}
 	return append(out, "TERM="+term)
+}
+
+// AppendKnown appends the line of changes' known section that stands for
+// e, a file the server has met: what the helper compares (inode, ctime,
+// size and mode) and its quoted path, far shorter than its Entry in JSON
+// and quicker to read, as the section can hold every file of a large tree
+// at each capture.
+func AppendKnown(b []byte, e Entry) []byte {
+	b = strconv.AppendUint(b, e.Ino, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, e.CtimeNs, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, e.Size, 10)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, uint64(e.Mode), 10)
+	b = append(b, ' ')
+	return strconv.AppendQuote(b, e.Path)
+}
+
+// ParseKnown reads a line AppendKnown wrote.
+func ParseKnown(line string) (Entry, error) {
+	e := Entry{Kind: KindFile}
+	bad := func() (Entry, error) { return Entry{}, fmt.Errorf("inpod: a known file's line %.60q", line) }
+	fields := strings.SplitN(line, " ", 5)
+	if len(fields) != 5 {
+		return bad()
+	}
+	ino, err1 := strconv.ParseUint(fields[0], 10, 64)
+	ctime, err2 := strconv.ParseInt(fields[1], 10, 64)
+	size, err3 := strconv.ParseInt(fields[2], 10, 64)
+	mode, err4 := strconv.ParseUint(fields[3], 10, 32)
+	name, err5 := strconv.Unquote(fields[4])
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil || name == "" {
+		return bad()
+	}
+	e.Ino, e.CtimeNs, e.Size, e.Mode, e.Path = ino, ctime, size, uint32(mode), name
+	return e, nil
 }
