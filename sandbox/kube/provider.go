@@ -518,11 +518,12 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 		if entries++; entries > changesEntries {
 			return fmt.Errorf("the helper sent more than %d entries", changesEntries)
 		}
-		if len(w.batch) == inpod.AskBatch {
-			return fmt.Errorf("the helper sent more than %d entries without asking", inpod.AskBatch)
+		if len(w.batch) == inpod.AskBatch || w.held >= inpod.AskBatchBytes {
+			return fmt.Errorf("the helper sent more than %d entries or %d bytes of paths without asking", inpod.AskBatch, inpod.AskBatchBytes)
 		}
 		e.Content = false
 		w.batch = append(w.batch, e)
+		w.held += len(e.Path) + len(e.Target)
 		return nil
 	})
 	cut := errors.Is(err, errWalkStopped)
@@ -548,6 +549,7 @@ type podWalk struct {
 	visit    func(sandbox.Entry) error
 	requests io.Writer // the helper's input, past its sections
 	batch    []inpod.Entry
+	held     int                    // the batch's bytes of paths and link targets: what it holds, bounded as the helper is told
 	asks     int                    // batches visited: a read names a place in the batch of its ask
 	skipped  string                 // a folder a visit skipped: nothing below it is visited
 	met      map[string]inpod.Entry // files met, which the next walk names by number
@@ -587,7 +589,7 @@ func (w *podWalk) visitBatch(fr *inpod.FrameReader) error {
 			return err
 		}
 	}
-	w.batch = w.batch[:0]
+	w.batch, w.held = w.batch[:0], 0
 	w.asks++
 	_, err := io.WriteString(w.requests, inpod.AskGoOn+"\n")
 	return err

@@ -310,7 +310,9 @@ func TestAHelperTakenOverFailsTheWalk(t *testing.T) {
 	// it sent a status.
 	for _, tc := range []struct{ name, frames, want string }{
 		{"a batch past its bound", `fr(b"f", b'{"path":"x","kind":"dir","mode":493}')` + "\n" + `for _ in range(1025): fr(b"f", b'{"path":"x","kind":"dir","mode":493}')`,
-			"more than 1024 entries without asking"},
+			"more than 1024 entries or 1048576 bytes of paths without asking"},
+		{"a batch of long paths past its bound", `p=b"x"*60000` + "\n" + `for i in range(20): fr(b"f", b'{"path":"' + p + b'%d","kind":"dir","mode":493}' % i)`,
+			"more than 1024 entries or 1048576 bytes of paths without asking"},
 		{"an answer for another file", `fr(b"f", b'{"path":"x","kind":"file","mode":420,"size":1}'); fr(b"a", b""); fr(b"f", b'{"path":"y","kind":"file","mode":420,"size":1,"content":true}'); fr(b"c", b"y")`,
 			`asked for "x", the helper answered for "y"`},
 		{"no ask for the last batch", `fr(b"f", b'{"path":"x","kind":"dir","mode":493}'); fr(b"s", b"{}"); sys.exit(0)`,

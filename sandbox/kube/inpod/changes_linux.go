@@ -150,6 +150,7 @@ type walker struct {
 	closed   map[string]bool      // folders not entered: what the manifest has below them is unknown
 	rootfd   int                  // the root, which requests' paths are beneath
 	batch    []Entry              // the entries since the last ask, which requests name by position
+	held     int                  // the batch's bytes of paths and link targets
 	buf      []byte               // a file's content
 	budget   int64                // bytes of content still to be sent
 	st       ChangesStatus
@@ -392,7 +393,8 @@ func (w *walker) reportKnown(k knownFile) error {
 // batched adds e to the batch, and asks once the batch is full.
 func (w *walker) batched(e Entry) error {
 	w.batch = append(w.batch, e)
-	if len(w.batch) < AskBatch {
+	w.held += len(e.Path) + len(e.Target)
+	if len(w.batch) < AskBatch && w.held < AskBatchBytes {
 		return nil
 	}
 	return w.ask()
@@ -416,7 +418,7 @@ func (w *walker) ask() error {
 		}
 		line := w.in.Text()
 		if line == AskGoOn {
-			w.batch = w.batch[:0]
+			w.batch, w.held = w.batch[:0], 0
 			return nil
 		}
 		n, err := strconv.Atoi(strings.TrimPrefix(line, AskRead))

@@ -493,3 +493,25 @@ func TestChangesFollowNoLinkSwappedIn(t *testing.T) {
 		}
 	}
 }
+
+// Long paths end a batch before AskBatch entries: the server holds a
+// batch's paths, within AskBatchBytes and one entry.
+func TestChangesAskPastTheBatchBytes(t *testing.T) {
+	root, manifest := base(t)
+	deep := root
+	for i := range 15 {
+		deep = filepath.Join(deep, strings.Repeat(strconv.Itoa(i%10), 250))
+	}
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		if err := os.WriteFile(filepath.Join(deep, fmt.Sprintf("%03d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, _ := changes(t, root, manifest)
+	if len(f.entries) != 315 || f.asks < 2 {
+		t.Fatalf("%d entries in %d asks: long paths did not end a batch", len(f.entries), f.asks)
+	}
+}

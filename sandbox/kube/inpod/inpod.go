@@ -115,6 +115,10 @@ const (
 	AskRead  = "r "
 	AskGoOn  = "c"
 	AskBatch = 1024 // frames of entries between asks, at most
+	// AskBatchBytes: the helper asks once the batch's paths and link
+	// targets reach it, so the server holds a batch of long paths within
+	// it and one entry more.
+	AskBatchBytes = 1 << 20
 )
 
 // RunStatus is run's final frame.
