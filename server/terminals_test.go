@@ -458,3 +458,37 @@ func shellsPerAccountOnAllInstances(t *testing.T, h *harness) {
 	_, res = owner.openTerminal(baseA)
 	expectProblem(t, res, http.StatusTooManyRequests, "account_shells")
 }
+
+// A shell opened the moment the session's last one closed lives: the
+// capture after that last shell, which ends every process of the
+// session, waits for a shell that is starting as for one that runs.
+func TestAShellOpenedAsTheLastClosesLives(t *testing.T) {
+	needRoot(t)
+	aShellOpenedAsTheLastClosesLives(t, newHarness(t))
+}
+
+func TestAShellOpenedAsTheLastClosesLivesInAPod(t *testing.T) {
+	needRoot(t)
+	aShellOpenedAsTheLastClosesLives(t, newHarness(t, onKube(t)))
+}
+
+func aShellOpenedAsTheLastClosesLives(t *testing.T, h *harness) {
+	owner, id := editable(t, h)
+	_, base := owner.session(id)
+	term, res := owner.openTerminal(base)
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("open: %d %s", res.StatusCode, readBody(res))
+	}
+	for i := range 8 {
+		if res := owner.do(http.MethodDelete, base+"/terminals/"+term.ID, nil, header{"X-CSRF-Token": owner.csrf}); res.StatusCode >= 300 {
+			t.Fatalf("close: %d %s", res.StatusCode, readBody(res))
+		}
+		term, res = owner.openTerminal(base)
+		if res.StatusCode != http.StatusCreated {
+			t.Fatalf("round %d: the shell opened as the last closed: %d %s", i, res.StatusCode, readBody(res))
+		}
+		marker := fmt.Sprintf("ALIVE-%d-$((40+2))", i)
+		owner.input(base, term.ID, 1, "echo "+marker+"\r")
+		owner.streamUntil(t, base+"/terminals/"+term.ID+"/stream", fmt.Sprintf("ALIVE-%d-42", i))
+	}
+}

@@ -71,10 +71,15 @@ type checkouts struct {
 	mu    sync.Mutex
 	live  map[string]*checkout
 	locks map[string]*sync.Mutex
+	// starting counts, by session, the shells prepared and not yet
+	// registered as terminals: their helpers start outside the session's
+	// lock, and what waits for the session's shells to be gone (the
+	// capture after the last one, its kill) must wait for them too.
+	starting map[string]int
 }
 
 func newCheckouts() *checkouts {
-	return &checkouts{live: map[string]*checkout{}, locks: map[string]*sync.Mutex{}}
+	return &checkouts{live: map[string]*checkout{}, locks: map[string]*sync.Mutex{}, starting: map[string]int{}}
 }
 
 // tryLock takes the session's lock when nobody holds it.

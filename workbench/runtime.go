@@ -236,7 +236,17 @@ func (r *Runtime) prepareShell(ctx context.Context, sess editsession.Identity, u
 		return nil, err
 	}
 	co.lastUsed = r.now()
-	return &consoleLauncher{ctx: ctx, provider: r.sb.Provider, ref: co.ref}, nil
+	r.checkouts.mu.Lock()
+	r.checkouts.starting[sess.ID]++
+	r.checkouts.mu.Unlock()
+	started := sync.OnceFunc(func() {
+		r.checkouts.mu.Lock()
+		defer r.checkouts.mu.Unlock()
+		if r.checkouts.starting[sess.ID]--; r.checkouts.starting[sess.ID] <= 0 {
+			delete(r.checkouts.starting, sess.ID)
+		}
+	})
+	return &consoleLauncher{ctx: ctx, provider: r.sb.Provider, ref: co.ref, started: started}, nil
 }
 
 // checkoutFor returns the session's checkout, built by the provider from
@@ -287,8 +297,15 @@ func (r *Runtime) HolderOf(ctx context.Context, sessionID string) (string, error
 // checkout stays while one runs.
 type inSessionTag interface{ session() string }
 
-// hasShells reports whether a terminal of the session still runs here.
+// hasShells reports whether a terminal of the session still runs here,
+// or one is starting.
 func (r *Runtime) hasShells(sessionID string) bool {
+	r.checkouts.mu.Lock()
+	starting := r.checkouts.starting[sessionID] > 0
+	r.checkouts.mu.Unlock()
+	if starting {
+		return true
+	}
 	for _, t := range r.terms.Running() {
 		if tag, ok := t.Tag().(inSessionTag); ok && tag.session() == sessionID {
 			return true

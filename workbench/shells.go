@@ -124,6 +124,8 @@ func (s *Shells) OpenShell(ctx context.Context, session Session, slot *terminal.
 		settle(start)
 		return nil, err
 	}
+	// Starting until it is a terminal (OpenWith registers it) or has failed.
+	defer launch.started()
 	now := s.now()
 	lease := &models.Terminal{ID: slot.ID(), SessionID: sess.ID, UserID: sess.UserID, Instance: s.instance,
 		State: models.TerminalLive, OpenedAt: now, HeartbeatAt: now}
@@ -398,6 +400,9 @@ type consoleLauncher struct {
 	provider sandbox.Provider
 	ref      sandbox.Session
 	console  sandbox.Console // once launched
+	// started ends the shell's count among those starting
+	// (checkouts.starting): once it is a terminal, or failed to be one.
+	started func()
 }
 
 func (l *consoleLauncher) Launch(cols, rows int, _ terminal.Options) (terminal.Stream, terminal.Process, error) {
