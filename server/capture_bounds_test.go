@@ -145,8 +145,8 @@ func TestCaptureOfManyLargeFilesHoldsLittleInAPod(t *testing.T) {
 	captureOfManyLargeFilesHoldsLittle(t, h, func(t *testing.T) int64 { return podBytes(t, h) })
 }
 
-// readBytes is, as a command runs, how much its capture reads.
-func captureOfManyLargeFilesHoldsLittle(t *testing.T, h *harness, readBytes func(*testing.T) int64) {
+// reads counts, as a command runs, how much its capture reads.
+func captureOfManyLargeFilesHoldsLittle(t *testing.T, h *harness, reads func(*testing.T) int64) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	owner.mustRun(base, "true") // the checkout is built
@@ -175,9 +175,9 @@ for i in range(4000):
 		t.Errorf("notes %q", out.Notes)
 	}
 
-	read := readBytes(t)
+	read := reads(t)
 	again := owner.mustRun(base, "true")
-	if n := readBytes(t) - read; n > 16<<20 {
+	if n := reads(t) - read; n > 16<<20 {
 		t.Errorf("the next command read %d MiB again", n>>20)
 	}
 	if !notesSay(again.Notes, "and 3750 more left out") {

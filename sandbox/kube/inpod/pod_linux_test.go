@@ -20,7 +20,7 @@ import (
 // a user other than root, as in a pod (killall refuses to run as root).
 func TestKillall(t *testing.T) {
 	if err := exec.Command("unshare", "-pf", "--mount-proc", "true").Run(); err != nil {
-		t.Skipf("no PID namespace here: %v", err)
+		t.Skipf("precondition: a PID namespace of its own (unshare -p needs root or user namespaces): %v", err)
 	}
 	// Outside t.TempDir, whose parent only root may enter.
 	dir, err := os.MkdirTemp("", "killall-")
