@@ -130,66 +130,88 @@ type archiveEntry struct {
 	executable bool
 }
 
-// archive is what the first reading of an upload learns: its entries, and
-// how to read their contents again in the same order.
+// archive is what reading an upload learns: its entries, each file's
+// content handed on as it is met. A tar's contents come in the reading
+// itself, the only one; a zip's directory comes first, so its contents
+// are read after it (rest), once the caller has checked the entries.
 type archive struct {
 	entries []archiveEntry
-	// contents calls each with the index and content of every file entry,
-	// in order.
-	contents func(each func(i int, content io.Reader) error) error
+	// rest hands on, in order, the contents the reading did not.
+	rest func(each contentFunc) error
 }
+
+// contentFunc receives the content of the archive's file entry i, e.
+type contentFunc func(i int, e archiveEntry, content io.Reader) error
 
 // writeArchiveTree writes the archive in r (gzip'd tar or zip, told by its
 // first bytes) into repo as a tree and returns the tree's hash. Nothing is
-// written to any filesystem: the archive is read once to check every entry
-// against the whole tree it describes (paths as for an edit, links that
-// stay inside once every link of the tree is followed, no path below a
-// link), and only then a second time to stream file contents into git.
-// Both readings count what the archive unpacks to as they go (the first
-// what its entries declare, the second what their contents really are)
-// and stop at the first entry or byte past a bound. A single folder
-// holding everything (as in a GitHub download) is unwrapped. wrote hears
-// the size of each file once it is in git.
+// written to any filesystem, and the archive is decompressed once: file
+// contents stream into git as blobs while the entries are collected, and
+// only once every entry has been checked against the whole tree it
+// describes (paths as for an edit, links that stay inside once every link
+// of the tree is followed, no path below a link) are the blobs placed in a
+// tree. A refused archive fails the build, which leaves none of its blobs
+// behind. The reading counts what the archive unpacks to as it goes (what
+// its entries declare, and what their contents really are) and stops at
+// the first entry or byte past a bound. A single folder holding everything
+// (as in a GitHub download) is unwrapped. wrote hears the size of each
+// file once it is in git.
 func (s *Service) writeArchiveTree(ctx context.Context, repo *gitsvc.Repo, r io.ReaderAt, size int64, wrote func(size int64)) (string, error) {
-	a, err := readArchive(r, size, &expansion{maxBytes: s.limits.MaxExpandedBytes})
-	if err != nil {
-		return "", err
-	}
-	paths, err := planTree(a.entries)
-	if err != nil {
-		return "", err
-	}
-	streamed := &expansion{maxBytes: s.limits.MaxExpandedBytes}
 	return s.git.BuildTree(ctx, repo, func(b *gitsvc.TreeBuilder) error {
-		for i, e := range a.entries {
-			if e.kind == kindLink && paths[i] != "" {
-				if err := b.Link(paths[i], e.link); err != nil {
-					return err
-				}
-			}
-		}
-		return a.contents(func(i int, content io.Reader) error {
-			e := a.entries[i]
-			if err := b.File(paths[i], e.executable, e.size, streamed.counted(content)); err != nil {
+		streamed := &expansion{maxBytes: s.limits.MaxExpandedBytes}
+		var blobs []gitsvc.Blob // by entry; a file's, once in git
+		toGit := func(i int, e archiveEntry, content io.Reader) error {
+			blob, err := b.Blob(e.size, streamed.counted(content))
+			if err != nil {
 				if errors.Is(err, ErrArchiveTooLarge) || errors.Is(err, ErrBadArchive) {
 					return err // the archive's reader said what is wrong
 				}
 				return fault.Detailf(ErrBadArchive, ": %q: %w", e.name, err)
 			}
+			for len(blobs) <= i {
+				blobs = append(blobs, 0)
+			}
+			blobs[i] = blob
 			wrote(e.size)
 			return nil
-		})
+		}
+		a, err := readArchive(r, size, &expansion{maxBytes: s.limits.MaxExpandedBytes}, toGit)
+		if err != nil {
+			return err
+		}
+		paths, err := planTree(a.entries)
+		if err != nil {
+			return err
+		}
+		if err := a.rest(toGit); err != nil {
+			return err
+		}
+		for i, e := range a.entries {
+			switch {
+			case paths[i] == "": // the unwrapped top folder
+			case e.kind == kindLink:
+				err = b.Link(paths[i], e.link)
+			case e.kind == kindFile:
+				err = b.Place(paths[i], e.executable, blobs[i])
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
-func readArchive(r io.ReaderAt, size int64, x *expansion) (*archive, error) {
+// readArchive reads the entries of the archive in r, counted by x, and
+// hands each file's content to each as it meets it (see archive).
+func readArchive(r io.ReaderAt, size int64, x *expansion, each contentFunc) (*archive, error) {
 	head := make([]byte, 4)
 	if _, err := r.ReadAt(head, 0); err != nil {
 		return nil, fault.Detailf(ErrBadArchive, ": too short to be an archive")
 	}
 	switch {
 	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
-		return readTarGz(r, size, x)
+		return readTarGz(r, size, x, each)
 	case bytes.HasPrefix(head, []byte("PK\x03\x04")), bytes.HasPrefix(head, []byte("PK\x05\x06")):
 		return readZip(r, size, x)
 	}
@@ -418,13 +440,13 @@ func cleanName(name string) string {
 	return name
 }
 
-// readTarGz reads a gzip'd tar's headers, counting each against x as it
+// readTarGz reads a gzip'd tar, counting each header against x as it
 // comes: a header's declared size is counted before its content is
-// decompressed to reach the next. A tar has no index, so the contents are
-// read by a second pass over the same bytes.
-func readTarGz(r io.ReaderAt, size int64, x *expansion) (*archive, error) {
-	a := &archive{}
-	err := walkTar(r, size, func(h *tar.Header, _ io.Reader) error {
+// decompressed, and a file's content goes to each before the next header.
+// A tar has no index, so this one pass is the only one.
+func readTarGz(r io.ReaderAt, size int64, x *expansion, each contentFunc) (*archive, error) {
+	a := &archive{rest: func(contentFunc) error { return nil }}
+	err := walkTar(r, size, func(h *tar.Header, content io.Reader) error {
 		// Every header counts, those skipped below included: their
 		// contents are decompressed all the same.
 		if err := x.entry(len(h.Name)); err != nil {
@@ -454,26 +476,13 @@ func readTarGz(r io.ReaderAt, size int64, x *expansion) (*archive, error) {
 			return fault.Detailf(ErrBadArchive, ": %q is neither a file, a folder nor a link", h.Name)
 		}
 		a.entries = append(a.entries, e)
+		if e.kind == kindFile {
+			return each(len(a.entries)-1, e, content)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
-	}
-	a.contents = func(each func(int, io.Reader) error) error {
-		i := -1
-		return walkTar(r, size, func(h *tar.Header, content io.Reader) error {
-			if skippedTar(h) {
-				return nil
-			}
-			i++
-			if i >= len(a.entries) || a.entries[i].name != cleanName(h.Name) {
-				return fault.Detailf(ErrBadArchive, ": the archive changed while it was read")
-			}
-			if a.entries[i].kind != kindFile {
-				return nil
-			}
-			return each(i, content)
-		})
 	}
 	return a, nil
 }

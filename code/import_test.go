@@ -7,6 +7,7 @@ import (
 	"compress/flate"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,8 +17,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -588,5 +591,58 @@ func TestOneImportOfAProjectAcrossInstances(t *testing.T) {
 	}
 	if _, err := importThrough(t, a, e.acc, "a.tar.gz", tarGz(t, []member{{name: "a.txt", body: "a"}})); err != nil {
 		t.Fatalf("an import once the holder's connection died: %v", err)
+	}
+}
+
+// countingReaderAt counts the bytes read from an upload.
+type countingReaderAt struct {
+	r io.ReaderAt
+	n atomic.Int64
+}
+
+func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// A .tar.gz is read and decompressed once: its files go into git in the
+// same reading that collects the entries checked as a tree. A refusal
+// found only after the contents went by (a link out, last in the archive)
+// leaves none of them behind.
+func TestImportReadsATarOnce(t *testing.T) {
+	e := newEnv(t)
+	noise := func() string {
+		b := make([]byte, 3<<20) // incompressible: the archive is as large
+		rand.Read(b)
+		return string(b)
+	}
+	members := []member{{name: "big.bin", body: noise()}, {name: "src/a.go", body: "package a\n"}}
+	archive := tarGz(t, members)
+	upload := &countingReaderAt{r: bytes.NewReader(archive)}
+	adm, err := e.code.Admit(context.Background(), e.acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := e.code.Import(context.Background(), adm, code.ImportInput{Archive: upload, Size: int64(len(archive)), Filename: "once.tar.gz"})
+	adm.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Reading ahead by the reader's buffer is allowed; a second pass is not.
+	if read := upload.n.Load(); read > int64(len(archive))+512<<10 {
+		t.Errorf("the import read %d bytes of a %d-byte archive", read, len(archive))
+	}
+	if got := e.gitRaw(t, "cat-file", "blob", done.Commit+":big.bin"); got != members[0].body {
+		t.Errorf("big.bin holds %d bytes, not the archive's", len(got))
+	}
+
+	before := snapshot(t, e.base)
+	evil := []member{{name: "big.bin", body: noise()}, {name: "out", link: "../.."}}
+	if _, err := e.importArchive(t, "evil.tar.gz", tarGz(t, evil)); !errors.Is(err, code.ErrBadArchive) || !strings.Contains(err.Error(), `"out"`) {
+		t.Fatalf("got %v, want ErrBadArchive naming out", err)
+	}
+	if after := snapshot(t, e.base); !slices.Equal(after, before) {
+		t.Fatalf("a refused import changed files:\n%s", diffLines(before, after))
 	}
 }

@@ -166,12 +166,12 @@ func readZip(r io.ReaderAt, size int64, x *expansion) (*archive, error) {
 		// quietly; such a zip is damaged or made to mislead.
 		return nil, fault.Detailf(ErrBadArchive, ": the zip's directory holds more than the %d entries its end record says", end.entries)
 	}
-	a.contents = func(each func(int, io.Reader) error) error {
+	a.rest = func(each contentFunc) error {
 		for i, e := range a.entries {
 			if e.kind != kindFile {
 				continue
 			}
-			if err := readZipFile(r, e, members[i], func(content io.Reader) error { return each(i, content) }); err != nil {
+			if err := readZipFile(r, e, members[i], func(content io.Reader) error { return each(i, e, content) }); err != nil {
 				return err
 			}
 		}

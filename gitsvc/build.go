@@ -27,6 +27,7 @@ const (
 // nothing a link says is ever followed.
 type TreeBuilder struct {
 	out     *bufio.Writer
+	blobs   int // fast-import marks given so far, one per blob
 	entries []builtEntry
 	kinds   map[string]bool // path → is a folder; leaves (files, links) are false
 }
@@ -34,28 +35,56 @@ type TreeBuilder struct {
 type builtEntry struct {
 	mode int
 	path string
+	blob Blob
 }
+
+// Blob is content written into git by TreeBuilder.Blob, not yet in the
+// tree: Place puts it at a path. Its number is the blob's fast-import mark.
+type Blob int
 
 // File adds the regular file at path with exactly size bytes read from
 // content. A content that ends early fails the whole build.
 func (b *TreeBuilder) File(path string, executable bool, size int64, content io.Reader) error {
-	mode := modeFile
-	if executable {
-		mode = modeExecutable
-	}
-	if size < 0 {
-		return fault.Detailf(ErrBadArgument, ": %q: negative size", path)
-	}
-	if err := b.add(path, mode); err != nil {
+	blob := Blob(b.blobs + 1)
+	if err := b.add(path, fileMode(executable), blob); err != nil {
 		return err
 	}
-	fmt.Fprintf(b.out, "blob\nmark :%d\ndata %d\n", len(b.entries), size)
+	_, err := b.Blob(size, content)
+	return err
+}
+
+// Blob writes exactly size bytes read from content into git and answers
+// the blob, for a caller that learns where a file goes only after its
+// content has gone by (a tar, checked as a whole once read). A blob never
+// placed is in no tree; BuildTree's failure removes it with the rest.
+func (b *TreeBuilder) Blob(size int64, content io.Reader) (Blob, error) {
+	if size < 0 {
+		return 0, fault.Detailf(ErrBadArgument, ": negative size")
+	}
+	b.blobs++
+	fmt.Fprintf(b.out, "blob\nmark :%d\ndata %d\n", b.blobs, size)
 	n, err := io.CopyN(b.out, content, size)
 	if err != nil {
-		return fmt.Errorf("gitsvc: build tree: %q: %d of %d bytes: %w", path, n, size, err)
+		return 0, fmt.Errorf("gitsvc: build tree: blob %d: %d of %d bytes: %w", b.blobs, n, size, err)
 	}
 	_, err = b.out.WriteString("\n")
-	return err
+	return Blob(b.blobs), err
+}
+
+// Place adds the regular file at path whose content is blob, one that
+// Blob answered.
+func (b *TreeBuilder) Place(path string, executable bool, blob Blob) error {
+	if blob < 1 || int(blob) > b.blobs {
+		return fault.Detailf(ErrBadArgument, ": %q: no such blob", path)
+	}
+	return b.add(path, fileMode(executable), blob)
+}
+
+func fileMode(executable bool) int {
+	if executable {
+		return modeExecutable
+	}
+	return modeFile
 }
 
 // Link adds a symbolic link at path whose text is target. Where it points
@@ -64,10 +93,11 @@ func (b *TreeBuilder) Link(path, target string) error {
 	if target == "" || strings.IndexByte(target, 0) >= 0 {
 		return fault.Detailf(ErrBadArgument, ": link %q: empty target or NUL byte", path)
 	}
-	if err := b.add(path, modeLink); err != nil {
+	if err := b.add(path, modeLink, Blob(b.blobs+1)); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(b.out, "blob\nmark :%d\ndata %d\n%s\n", len(b.entries), len(target), target)
+	b.blobs++
+	_, err := fmt.Fprintf(b.out, "blob\nmark :%d\ndata %d\n%s\n", b.blobs, len(target), target)
 	return err
 }
 
@@ -75,7 +105,7 @@ func (b *TreeBuilder) Link(path, target string) error {
 // clean relative path, no .git, named once, below no file or link and not
 // on a folder. git's index would quietly drop .git paths and replace a file
 // by a folder of the same name; here both are errors.
-func (b *TreeBuilder) add(path string, mode int) error {
+func (b *TreeBuilder) add(path string, mode int, blob Blob) error {
 	bad := func(why string) error { return fault.Detailf(ErrBadArgument, ": tree path %q: %s", path, why) }
 	if path == "" || strings.IndexByte(path, 0) >= 0 {
 		return bad("empty or holds a NUL byte")
@@ -97,7 +127,7 @@ func (b *TreeBuilder) add(path string, mode int) error {
 		return bad("named twice or already a folder")
 	}
 	b.kinds[path] = false
-	b.entries = append(b.entries, builtEntry{mode: mode, path: path})
+	b.entries = append(b.entries, builtEntry{mode: mode, path: path, blob: blob})
 	return nil
 }
 
@@ -134,13 +164,13 @@ func (s *Service) BuildTree(ctx context.Context, r *Repo, add func(*TreeBuilder)
 		}
 		return "", err
 	}
-	oids, err := readMarks(marks, len(b.entries))
+	oids, err := readMarks(marks, b.blobs)
 	if err != nil {
 		return "", err
 	}
 	var index strings.Builder
-	for i, e := range b.entries {
-		fmt.Fprintf(&index, "%o %s\t%s\x00", e.mode, oids[i], e.path)
+	for _, e := range b.entries {
+		fmt.Fprintf(&index, "%o %s\t%s\x00", e.mode, oids[e.blob-1], e.path)
 	}
 	o := runOpts{repo: r, env: []string{"GIT_INDEX_FILE=" + filepath.Join(tmp, "index")}}
 	o.stdin = strings.NewReader(index.String())

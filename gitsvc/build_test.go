@@ -30,17 +30,32 @@ func TestBuildTree(t *testing.T) {
 		if err := b.File("run.sh", true, 10, iotest.OneByteReader(strings.NewReader("#!/bin/sh\n"))); err != nil {
 			return err
 		}
+		// Blobs written first are placed once their paths are known; one
+		// never placed is in no tree.
+		readme, err := b.Blob(7, strings.NewReader("# read\n"))
+		if err != nil {
+			return err
+		}
+		if _, err := b.Blob(5, strings.NewReader("stray")); err != nil {
+			return err
+		}
+		if err := b.Place("docs/README.md", false, readme); err != nil {
+			return err
+		}
 		return b.Link("src/up", "../run.sh")
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := tgit(t, r.GitDir, "ls-tree", "-r", "--format=%(objectmode) %(path)", tree)
-	if want := "100755 run.sh\n100644 src/main.go\n120000 src/up"; got != want {
+	if want := "100644 docs/README.md\n100755 run.sh\n100644 src/main.go\n120000 src/up"; got != want {
 		t.Fatalf("tree:\n%s\nwant:\n%s", got, want)
 	}
 	if got := tgit(t, r.GitDir, "cat-file", "blob", tree+":src/up"); got != "../run.sh" {
 		t.Fatalf("link text %q", got)
+	}
+	if got := tgit(t, r.GitDir, "cat-file", "blob", tree+":docs/README.md"); got != "# read" {
+		t.Fatalf("placed blob %q", got)
 	}
 	if got := tgit(t, r.GitDir, "rev-parse", "main"); got != first {
 		t.Fatal("BuildTree moved main")
@@ -72,6 +87,13 @@ func TestBuildTreeRefusals(t *testing.T) {
 		"below a file":     func(b *TreeBuilder) error { file(b, "f"); return b.Link("f/l", "..") },
 		"file on a folder": func(b *TreeBuilder) error { file(b, "d/x"); return file(b, "d") },
 		"empty link":       func(b *TreeBuilder) error { return b.Link("l", "") },
+		"no such blob":     func(b *TreeBuilder) error { return b.Place("a", false, 1) },
+		"negative size":    func(b *TreeBuilder) error { _, err := b.Blob(-1, strings.NewReader("")); return err },
+		"placed on a placed path": func(b *TreeBuilder) error {
+			blob, _ := b.Blob(1, strings.NewReader("x"))
+			b.Place("a", false, blob)
+			return b.Place("a", true, blob)
+		},
 	}
 	for name, add := range cases {
 		if _, err := s.BuildTree(ctx, r, add); !errors.Is(err, ErrBadArgument) {

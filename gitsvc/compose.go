@@ -45,7 +45,7 @@ func (s *Service) ComposeCommit(ctx context.Context, r *Repo, parent string, edi
 	// The same path rules as a built tree: clean, relative, no .git, once.
 	check := &TreeBuilder{kinds: map[string]bool{}}
 	for _, e := range edits {
-		if err := check.add(e.Path, modeFile); err != nil {
+		if err := check.add(e.Path, modeFile, 0); err != nil {
 			return "", err
 		}
 		if e.OID != "" && (!isOID(e.OID) || (e.Mode != "100644" && e.Mode != "100755" && e.Mode != "120000")) {
