@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"atelier/models"
+	"atelier/workbench"
 )
 
 // Sources are what the gauges ask at each scrape. Meter and Store read
@@ -51,6 +52,7 @@ type Metrics struct {
 	registry *prometheus.Registry
 	commands *prometheus.CounterVec // by exit code
 	took     prometheus.Histogram   // command durations
+	stages   *prometheus.HistogramVec
 	requests *prometheus.HistogramVec
 }
 
@@ -72,6 +74,13 @@ func New() *Metrics {
 			Help:    "How long commands ran on this instance (the timeout is 120 s).",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120},
 		}),
+		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "atelier_command_stage_seconds",
+			Help: "Where the time of commands that ran to their end went on this instance, by stage: queued (for a slot and the session: its earlier command, or its preparation), reserved (sandbox time), checkout, ran (the sandbox's run), captured (changes read into edits), recorded (the audit row).",
+			// A one-shot command's stages take milliseconds; a build's run,
+			// up to the timeout.
+			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120},
+		}, []string{"stage"}),
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "atelier_http_request_duration_seconds",
 			Help: "HTTP requests by route template (never the raw path), method and status; event streams count for as long as they stay open.",
@@ -82,8 +91,11 @@ func New() *Metrics {
 	// Exported from the start, so a dashboard's rate() has a series to
 	// begin with before the first command ends.
 	m.commands.WithLabelValues("0")
+	for _, stage := range commandStages {
+		m.stages.WithLabelValues(stage)
+	}
 	m.registry.MustRegister(
-		m.commands, m.took, m.requests,
+		m.commands, m.took, m.stages, m.requests,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -112,14 +124,21 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
 
 // CommandRan records a command's end; it makes Metrics an
 // workbench.CommandObserver.
-func (m *Metrics) CommandRan(exitCode int, took time.Duration) {
+func (m *Metrics) CommandRan(exitCode int, took time.Duration, stages workbench.CommandStages) {
 	code := "other"
 	if exitCode >= 0 && exitCode <= 255 {
 		code = strconv.Itoa(exitCode)
 	}
 	m.commands.WithLabelValues(code).Inc()
 	m.took.Observe(took.Seconds())
+	for i, took := range [...]time.Duration{stages.Queued, stages.Reserved, stages.Checkout, stages.Ran, stages.Captured, stages.Recorded} {
+		m.stages.WithLabelValues(commandStages[i]).Observe(took.Seconds())
+	}
 }
+
+// commandStages label atelier_command_stage_seconds, in
+// workbench.CommandStages's order.
+var commandStages = [...]string{"queued", "reserved", "checkout", "ran", "captured", "recorded"}
 
 // UnmatchedRoute labels requests no route served: every unknown path
 // shares this one series.

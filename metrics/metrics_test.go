@@ -61,7 +61,7 @@ func TestLabelsStayBoundedWhateverHappens(t *testing.T) {
 	m := metrics.New()
 	m.Read(sources(t))
 	for _, code := range []int{3, 3, 124, -1, 256, 1 << 20} {
-		m.CommandRan(code, time.Second)
+		m.CommandRan(code, time.Second, workbench.CommandStages{Ran: time.Second, Recorded: time.Millisecond})
 	}
 	m.ObserveRequest("", "BREW", 404, time.Millisecond)
 	m.ObserveRequest("", "GET", 404, time.Millisecond)
@@ -81,6 +81,15 @@ func TestLabelsStayBoundedWhateverHappens(t *testing.T) {
 	}
 	if n := fs["atelier_command_duration_seconds"].GetMetric()[0].GetHistogram().GetSampleCount(); n != 6 {
 		t.Fatalf("%d command durations, want 6", n)
+	}
+	stages := labelValues(fs, "atelier_command_stage_seconds", "stage")
+	if len(stages) != 6 || stages["ran"] != 6 || stages["recorded"] != 6 {
+		t.Fatalf("stages %v, want six, each observed once a command", stages)
+	}
+	for _, m := range fs["atelier_command_stage_seconds"].GetMetric() {
+		if m.GetLabel()[0].GetValue() == "ran" && m.GetHistogram().GetSampleSum() != 6 {
+			t.Fatalf("the runs' stage sums to %v s, want 6", m.GetHistogram().GetSampleSum())
+		}
 	}
 	methods := labelValues(fs, "atelier_http_request_duration_seconds", "method")
 	if len(methods) != 3 || methods["other"] != 2 || methods["GET"] != 1 || methods["POST"] != 1 {

@@ -168,6 +168,7 @@ var everyMetric = []string{
 	"atelier_commands_running",
 	"atelier_commands_total",
 	"atelier_command_duration_seconds",
+	"atelier_command_stage_seconds",
 	"atelier_http_request_duration_seconds",
 	"atelier_db_pool_max_open",
 	"atelier_db_pool_open",
@@ -284,6 +285,18 @@ func metricsFollowCommandsSessionsAndStreams(t *testing.T, h *harness) {
 	took := after["atelier_command_duration_seconds"].Metric[0].Histogram
 	if took.GetSampleCount() != 2 || took.GetSampleSum() < 2 {
 		t.Errorf("command durations: %d samples summing %v s, want 2 summing at least the sleep's 2 s", took.GetSampleCount(), took.GetSampleSum())
+	}
+	// Each stage once a command; the sleep's time is its run's.
+	for _, m := range after["atelier_command_stage_seconds"].Metric {
+		stage, h := m.GetLabel()[0].GetValue(), m.GetHistogram()
+		if h.GetSampleCount() != 2 {
+			t.Errorf("stage %s observed %d times, want 2", stage, h.GetSampleCount())
+		}
+		if stage == "ran" && h.GetSampleSum() < 2 {
+			t.Errorf("the runs' stage sums %v s, want at least the sleep's 2 s", h.GetSampleSum())
+		} else if stage != "ran" && h.GetSampleSum() >= 1 {
+			t.Errorf("stage %s took %v s of two quick commands", stage, h.GetSampleSum())
+		}
 	}
 	// Two commands on the harness's clock, which stands still: each is
 	// charged its idle tail, the second's overlapping the first's.

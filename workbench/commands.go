@@ -92,6 +92,8 @@ func (r *Runtime) RunCommand(ctx context.Context, session Session, command, fold
 	if err != nil {
 		return nil, err
 	}
+	var stages CommandStages
+	clock := startStopwatch()
 	// The slot is taken before the session's lock, so that commands
 	// queued behind their session's earlier one count too: a flood from
 	// one session is refused instead of piling up.
@@ -108,6 +110,7 @@ func (r *Runtime) RunCommand(ctx context.Context, session Session, command, fold
 		return nil, err // nobody waits for it any more, and it has not started
 	}
 	ctx = context.WithoutCancel(ctx)
+	stages.Queued = clock.lap()
 
 	// What the project's earlier commands reserved is settled first, so
 	// this reservation is weighed against what they used, not held.
@@ -118,6 +121,7 @@ func (r *Runtime) RunCommand(ctx context.Context, session Session, command, fold
 	if err != nil {
 		return nil, err
 	}
+	stages.Reserved = clock.lap()
 	start := r.now()
 	// CancelCommands ends runCtx; the sandbox's runner then stops the
 	// command as it would at a timeout.
@@ -131,7 +135,7 @@ func (r *Runtime) RunCommand(ctx context.Context, session Session, command, fold
 		UserID: sess.UserID, Command: command, Folder: folder, StartedAt: start, cancel: cancel})
 	r.hint(events.TopicCommands)
 	defer r.hint(events.TopicCommands) // after the audit row, or the failure
-	out, runErr := r.runInCheckout(runCtx, sess, uid, command, folder, live.out)
+	out, runErr := r.runInCheckout(runCtx, sess, uid, command, folder, live.out, &stages, &clock)
 	end := r.now()
 	done()
 	// The answer waits for the audit row (the history the page reloads
@@ -146,12 +150,14 @@ func (r *Runtime) RunCommand(ctx context.Context, session Session, command, fold
 	if runErr != nil {
 		return nil, runErr
 	}
-	if r.sb.Observer != nil {
-		r.sb.Observer.CommandRan(out.ExitCode, time.Duration(out.DurationMS)*time.Millisecond)
-	}
 	audit := &models.SessionCommand{SessionID: sess.ID, Command: command, Folder: folder,
 		ExitCode: out.ExitCode, Canceled: out.Canceled, DurationMS: out.DurationMS, StartedAt: start}
-	if err := r.db.AddSessionCommand(ctx, audit); err != nil {
+	err = r.db.AddSessionCommand(ctx, audit)
+	stages.Recorded = clock.lap()
+	if r.sb.Observer != nil {
+		r.sb.Observer.CommandRan(out.ExitCode, time.Duration(out.DurationMS)*time.Millisecond, stages)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -236,15 +242,20 @@ func (s *commandSlots) take(user int64) (release func(), err error) {
 	}, nil
 }
 
-func (r *Runtime) runInCheckout(ctx context.Context, sess editsession.Identity, uid uint32, command, folder string, live io.Writer) (*CommandResult, error) {
+// runInCheckout runs the command in the session's checkout and captures
+// what it changed, timing each on clock into stages.
+func (r *Runtime) runInCheckout(ctx context.Context, sess editsession.Identity, uid uint32, command, folder string, live io.Writer,
+	stages *CommandStages, clock *stopwatch) (*CommandResult, error) {
 	// A cancel while the checkout is built stops the command as it starts
 	// (its answer: cancelled), not the build halfway.
 	co, err := r.checkoutFor(context.WithoutCancel(ctx), sess, uid)
 	if err != nil {
 		return nil, err
 	}
+	stages.Checkout = clock.lap()
 	result, err := r.sb.Provider.Run(ctx, co.ref, sandbox.Command{Argv: sandbox.CommandArgv(command), Folder: folder, Output: live,
 		Limits: sandbox.Limits{Timeout: CommandTimeout, MaxStream: CommandTail, Tail: true, TimeoutExit: 124}})
+	stages.Ran = clock.lap()
 	// Run returns once every process of the command has ended (its PID
 	// namespace goes with it); the session's shells live on.
 	co.lastUsed = r.now()
@@ -269,6 +280,7 @@ func (r *Runtime) runInCheckout(ctx context.Context, sess editsession.Identity, 
 	if err != nil {
 		return nil, err
 	}
+	stages.Captured = clock.lap()
 	notes := report.notes()
 	stderr := string(result.Stderr)
 	for _, n := range notes {

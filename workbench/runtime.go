@@ -86,8 +86,36 @@ type Sandboxes struct {
 // them without this package knowing how it does.
 type CommandObserver interface {
 	// CommandRan is called once per command that ran to its end (a
-	// timeout included), with its exit code and how long it ran.
-	CommandRan(exitCode int, took time.Duration)
+	// timeout included), with its exit code, how long it ran and where
+	// its request's time went.
+	CommandRan(exitCode int, took time.Duration, stages CommandStages)
+}
+
+// CommandStages is where a one-shot command's time went on this instance,
+// stage by stage, from RunCommand's start to its audit row: what an
+// operator reads when commands feel slow, and what the bench attributes
+// a command's time by.
+type CommandStages struct {
+	Queued   time.Duration // its slot, and the session's lock: its earlier command, or its preparation ahead (Warm)
+	Reserved time.Duration // the project's earlier settlings, and its own reservation of sandbox time
+	Checkout time.Duration // the session's checkout found or built, and brought up to its edits
+	Ran      time.Duration // the sandbox's run, from its start to every process gone
+	Captured time.Duration // what it changed, read into edits
+	Recorded time.Duration // its audit row
+}
+
+// stopwatch times stages one after another on the monotonic clock (r.now
+// may be a test's fake, set for the meter).
+type stopwatch struct{ last time.Time }
+
+func startStopwatch() stopwatch { return stopwatch{last: time.Now()} }
+
+// lap is the time since the last lap, or since the start.
+func (w *stopwatch) lap() time.Duration {
+	now := time.Now()
+	d := now.Sub(w.last)
+	w.last = now
+	return d
 }
 
 // Runtime is what runs for the sessions this instance holds: each
