@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,6 +129,9 @@ type terminalRound struct {
 	ttydP50, ttydP99, ttydRate          float64
 	floorP50, floorP99                  float64 // a one-byte POST to a bare Go server
 	handlerMean                         float64 // Atelier's handlers, per keystroke
+	// The processor time of the cat on Atelier and on ttyd: each server's
+	// and its client's.
+	atelierCPU, ttydCPU cpuUse
 }
 
 // terminal measures keystrokes and throughput on Atelier, the raw PTY and
@@ -205,14 +209,22 @@ func (b *bench) terminal() ([]row, error) {
 		}
 
 		b.logf("round %d of %d: cat of %d MiB", i+1, b.sz.rounds, b.sz.catBytes>>20)
-		if r.atelierRate, err = catRate(at, "big.txt"); err != nil {
+		r.atelierCPU, err = measureCPU(b.srv.Pid(), func() (err error) {
+			r.atelierRate, err = catRate(at, "big.txt")
+			return err
+		})
+		if err != nil {
 			return nil, fmt.Errorf("bench: atelier: %w", err)
 		}
 		if r.rawRate, err = rawThroughput(local); err != nil {
 			return nil, err
 		}
 		if tt != nil {
-			if r.ttydRate, err = catRate(tt, local); err != nil {
+			r.ttydCPU, err = measureCPU(tt.server.cmd.Process.Pid, func() (err error) {
+				r.ttydRate, err = catRate(tt, local)
+				return err
+			})
+			if err != nil {
 				return nil, fmt.Errorf("bench: ttyd: %w", err)
 			}
 		}
@@ -259,7 +271,9 @@ func terminalRows(rounds []terminalRound, keys int, catBytes int64, whyNot strin
 		keyRow.anchor += "ttyd: not measured (" + whyNot + ")"
 		keyRow.result = judge(keyNote, atMost("p50", p50, 0.0004, "0.4 ms"))
 		tputRow.anchor += "ttyd: not measured (" + whyNot + ")"
-		tputRow.result = judge("ttyd's share not judged", shareOf(rate, rawRate.median(), 0.9, "raw"))
+		tputNote := cpuNote("Atelier", col(func(r terminalRound) float64 { return r.atelierCPU.server / r.atelierCPU.wall }),
+			col(func(r terminalRound) float64 { return r.atelierCPU.client / r.atelierCPU.wall }))
+		tputRow.result = judge("ttyd's share not judged; "+tputNote, shareOf(rate, rawRate.median(), 0.9, "raw"))
 		return []row{keyRow, tputRow}
 	}
 	keyRow.anchor += "ttyd " + msFig(ttydP50) + " / " + msFig(ttydP99)
@@ -273,9 +287,21 @@ func terminalRows(rounds []terminalRound, keys int, catBytes int64, whyNot strin
 			worst = i
 		}
 	}
-	tputRow.result = judge("", shareOf(rounds[worst].atelierRate, rounds[worst].ttydRate, 1, "ttyd in its worst round"),
+	tputNote := cpuNote("Atelier", col(func(r terminalRound) float64 { return r.atelierCPU.server / r.atelierCPU.wall }),
+		col(func(r terminalRound) float64 { return r.atelierCPU.client / r.atelierCPU.wall })) + "; " +
+		cpuNote("ttyd", col(func(r terminalRound) float64 { return r.ttydCPU.server / r.ttydCPU.wall }),
+			col(func(r terminalRound) float64 { return r.ttydCPU.client / r.ttydCPU.wall }))
+	tputRow.result = judge(tputNote, shareOf(rounds[worst].atelierRate, rounds[worst].ttydRate, 1, "ttyd in its worst round"),
 		shareOf(rate, rawRate.median(), 0.9, "raw"))
 	return []row{keyRow, tputRow}
+}
+
+// cpuNote says how busy a server and its client kept the processors
+// during the cat, in cores (medians of the rounds), beside how many the
+// machine has: what is left went to the shell, cat and the kernel's PTY.
+func cpuNote(server string, serverCores, clientCores figure) string {
+	return fmt.Sprintf("during the cat %s's server kept %.2f of the %d cores busy, its client %.2f",
+		server, serverCores.median(), runtime.NumCPU(), clientCores.median())
 }
 
 // atelierTerminal opens a session and a terminal in it, attached to its
@@ -609,9 +635,9 @@ type commandRound struct {
 	// The small project's on the server with the disk bound off.
 	bareFirst, bareP50           float64
 	bash, gitCommit, gitCheckout float64
-	// Where the small project's commands went, from the server's metrics
-	// (means): its handler, and the sandbox's run within it.
-	smallHandler, smallSandbox float64
+	// Where the small project's commands went, and the second person's
+	// first command (at once and after a pause), from the server's metrics.
+	small, secondStages, pausedStages stages
 	// The import's phases as its progress stream told them, and the export
 	// of the tree by git archive and tar.
 	importWriting, importPublishing, gitExport float64
@@ -668,25 +694,15 @@ func (b *bench) commands() ([]row, error) {
 			return nil, err
 		}
 		r.smallFirst = first.Seconds()
-		before, err := b.metrics(commandSeconds, commandRequests, sandboxSeconds, sandboxRuns)
-		if err != nil {
-			return nil, err
-		}
-		smallRuns, err := oneShots(b.c, smallBase, b.sz.runs)
+		var smallRuns []time.Duration
+		r.small, err = b.staged(func() (err error) {
+			smallRuns, err = oneShots(b.c, smallBase, b.sz.runs)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
 		r.smallP50 = liveserver.Percentile(smallRuns, 50).Seconds()
-		after, err := b.metrics(commandSeconds, commandRequests, sandboxSeconds, sandboxRuns)
-		if err != nil {
-			return nil, err
-		}
-		if r.smallHandler, _, err = spent(before, after, 0, 1); err != nil {
-			return nil, err
-		}
-		if r.smallSandbox, _, err = spent(before, after, 2, 3); err != nil {
-			return nil, err
-		}
 		// A person has one session of a project at a time: this one ends,
 		// so that the next round's is fresh.
 		if err := b.c.Post(smallBase+"/discard", nil); err != nil {
@@ -747,7 +763,11 @@ func (b *bench) commands() ([]row, error) {
 		if err != nil {
 			return nil, err
 		}
-		if first, err = oneShot(second, secondBase); err != nil {
+		r.secondStages, err = b.staged(func() (err error) {
+			first, err = oneShot(second, secondBase)
+			return err
+		})
+		if err != nil {
 			return nil, err
 		}
 		r.secondFirst = first.Seconds()
@@ -762,7 +782,11 @@ func (b *bench) commands() ([]row, error) {
 			return nil, err
 		}
 		time.Sleep(personPause)
-		if first, err = oneShot(second, againBase); err != nil {
+		r.pausedStages, err = b.staged(func() (err error) {
+			first, err = oneShot(second, againBase)
+			return err
+		})
+		if err != nil {
 			return nil, err
 		}
 		r.pausedFirst = first.Seconds()
@@ -805,15 +829,16 @@ func (b *bench) commandRows(rounds []commandRound, archiveBytes int) []row {
 	checkout, imp := col(func(r commandRound) float64 { return r.checkout }), col(func(r commandRound) float64 { return r.importTime })
 	bash := col(func(r commandRound) float64 { return r.bash })
 	gitCommit, gitCheckout := col(func(r commandRound) float64 { return r.gitCommit }), col(func(r commandRound) float64 { return r.gitCheckout })
-	handler, sandbox := col(func(r commandRound) float64 { return r.smallHandler }), col(func(r commandRound) float64 { return r.smallSandbox })
+
 	writing, publishing := col(func(r commandRound) float64 { return r.importWriting }), col(func(r commandRound) float64 { return r.importPublishing })
 	export := col(func(r commandRound) float64 { return r.gitExport })
 	checkoutNote := "exporting the tree with `git archive` into `tar -x` alone takes " + msNum(export.median()) + " ms (" +
 		fmt.Sprintf("%.1f", export.median()/gitCheckout.median()) + " × `git checkout`)"
 	importNote := "writing the files into git " + msNum(writing.median()) + " ms, publishing them to the object store " +
 		msNum(publishing.median()) + " ms (its progress stream)"
-	smallNote := "the server's handler takes " + msNum(handler.median()) + " ms of a command (mean), the sandbox's run " +
-		msNum(sandbox.median()) + " ms of that (its metrics, whole milliseconds)"
+	smallNote := stagesNote(rounds, func(r commandRound) stages { return r.small }, "a command")
+	secondNote := stagesNote(rounds, func(r commandRound) stages { return r.secondStages }, "the command")
+	pausedNote := stagesNote(rounds, func(r commandRound) stages { return r.pausedStages }, "the command")
 	return []row{
 		{measure: fmt.Sprintf("one-shot `true`, %d-file project, p50 of %d", b.sz.smallFiles, b.sz.runs),
 			atelier: msFig(small), anchor: "`bash -c true` " + msFig(bash),
@@ -830,10 +855,10 @@ func (b *bench) commandRows(rounds []commandRound, archiveBytes int) []row {
 			target: "≤ 1.2 × `git checkout`", result: judge(checkoutNote, atMost("", checkout.median(), 1.2*gitCheckout.median(), "1.2 × git"))},
 		{measure: fmt.Sprintf("a second session's first command, same commit (another person's), %d files", b.sz.largeFiles),
 			atelier: msFig(second), anchor: "`true` in a session with its checkout " + msFig(large),
-			target: "≤ 1.1 × that", result: judge("", atMost("", second.median(), 1.1*large.median(), "1.1 × a checked-out session's"))},
+			target: "≤ 1.1 × that", result: judge(secondNote, atMost("", second.median(), 1.1*large.median(), "1.1 × a checked-out session's"))},
 		{measure: fmt.Sprintf("the same, run %s after opening the session, as a person would (the sandbox is prepared meanwhile)", personPause),
 			atelier: msFig(paused), anchor: "`true` in a session with its checkout " + msFig(large),
-			target: "≤ 1.1 × that", result: judge("", atMost("", paused.median(), 1.1*large.median(), "1.1 × a checked-out session's"))},
+			target: "≤ 1.1 × that", result: judge(pausedNote, atMost("", paused.median(), 1.1*large.median(), "1.1 × a checked-out session's"))},
 		{measure: fmt.Sprintf("import, %d files (%.1f MiB .tar.gz over HTTP)", b.sz.largeFiles, float64(archiveBytes)/(1<<20)),
 			atelier: msFig(imp), anchor: "`git init && git add -A && git commit` " + msFig(gitCommit),
 			target: "≤ 1.5 × git", result: judge(importNote, atMost("", imp.median(), 1.5*gitCommit.median(), "1.5 × git"))},

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"atelier/testrig/liveserver"
@@ -114,9 +115,138 @@ const (
 	inputRequests   = `atelier_http_request_duration_seconds_count{code="200",method="POST",route="/projects/:id/sessions/:sid/terminals/:tid/input"}`
 	commandSeconds  = `atelier_http_request_duration_seconds_sum{code="200",method="POST",route="/projects/:id/sessions/:sid/commands"}`
 	commandRequests = `atelier_http_request_duration_seconds_count{code="200",method="POST",route="/projects/:id/sessions/:sid/commands"}`
-	sandboxSeconds  = `atelier_command_duration_seconds_sum`
-	sandboxRuns     = `atelier_command_duration_seconds_count`
+	stageRuns       = `atelier_command_stage_seconds_count{stage="ran"}`
 )
+
+// commandStages are the stages the server times a command by
+// (atelier_command_stage_seconds), in its order.
+var commandStages = [...]string{"queued", "reserved", "checkout", "ran", "captured", "recorded"}
+
+// stageSeconds is the series of the time spent in a command's stage.
+func stageSeconds(stage string) string {
+	return `atelier_command_stage_seconds_sum{stage="` + stage + `"}`
+}
+
+// commandSeries are the series read around a run of commands: the
+// handler's time and count, each stage's time, and the commands counted.
+func commandSeries() []string {
+	series := []string{commandSeconds, commandRequests}
+	for _, stage := range commandStages {
+		series = append(series, stageSeconds(stage))
+	}
+	return append(series, stageRuns)
+}
+
+// cpuUse is the processor time a server process and its client (this
+// process) took during a measure, and the measure's wall time, in
+// seconds: with the machine's cores, what tells where a stream's time
+// went.
+type cpuUse struct{ server, client, wall float64 }
+
+// measureCPU runs fn and answers the processor time pid and this process
+// took meanwhile.
+func measureCPU(pid int, fn func() error) (cpuUse, error) {
+	serverBefore, err := processCPU(pid)
+	if err != nil {
+		return cpuUse{}, err
+	}
+	clientBefore := selfCPU()
+	start := time.Now()
+	if err := fn(); err != nil {
+		return cpuUse{}, err
+	}
+	wall := time.Since(start).Seconds()
+	serverAfter, err := processCPU(pid)
+	if err != nil {
+		return cpuUse{}, err
+	}
+	return cpuUse{server: serverAfter - serverBefore, client: selfCPU() - clientBefore, wall: wall}, nil
+}
+
+// processCPU is the user and system time process pid has taken, from
+// /proc (in the kernel's USER_HZ ticks, 100 a second on Linux).
+func processCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("bench: cpu of %d: %w", pid, err)
+	}
+	// The command's name, in parentheses, may hold spaces: fields count
+	// from after its closing one (utime and stime are the 14th and 15th).
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("bench: cpu of %d: short stat", pid)
+	}
+	utime, err1 := strconv.ParseFloat(fields[11], 64)
+	stime, err2 := strconv.ParseFloat(fields[12], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("bench: cpu of %d: %w", pid, err)
+	}
+	return (utime + stime) / 100, nil
+}
+
+// selfCPU is the user and system time this process has taken.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// stages is where commands' time went in the server, from its metrics
+// (means per command, in seconds): the handler's whole time, and each
+// stage within it (commandStages).
+type stages struct {
+	handler float64
+	stage   [len(commandStages)]float64
+}
+
+// staged runs fn, which runs commands through the server, and answers
+// where their time went.
+func (b *bench) staged(fn func() error) (stages, error) {
+	var st stages
+	before, err := b.metrics(commandSeries()...)
+	if err != nil {
+		return st, err
+	}
+	if err := fn(); err != nil {
+		return st, err
+	}
+	after, err := b.metrics(commandSeries()...)
+	if err != nil {
+		return st, err
+	}
+	if st.handler, _, err = spent(before, after, 0, 1); err != nil {
+		return st, err
+	}
+	for i := range commandStages {
+		if st.stage[i], _, err = spent(before, after, 2+i, len(after)-1); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// stagesNote says, from the median of the rounds' stages, where what
+// (a command, the command) spent its time in the server. What the stages
+// leave of the handler's time is the session's lookup before them and the
+// answer after.
+func stagesNote[R any](rounds []R, pick func(R) stages, what string) string {
+	median := func(f func(stages) float64) float64 {
+		fig := make(figure, len(rounds))
+		for i, r := range rounds {
+			fig[i] = f(pick(r))
+		}
+		return fig.median()
+	}
+	handler := median(func(s stages) float64 { return s.handler })
+	note := fmt.Sprintf("the server's handler takes %s ms of %s (its metrics):", msNum(handler), what)
+	staged := 0.0
+	for i, stage := range commandStages {
+		took := median(func(s stages) float64 { return s.stage[i] })
+		staged += took
+		note += fmt.Sprintf(" %s %.1f,", stage, 1000*took)
+	}
+	return note + fmt.Sprintf(" the session's lookup and the answer %.1f ms", 1000*max(handler-staged, 0))
+}
 
 // metrics reads the named series from the server's /metrics; a series the
 // server has not started yet reads as 0.

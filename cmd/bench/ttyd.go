@@ -151,7 +151,8 @@ const (
 // WebSocket and decoding every frame it receives.
 type ttydTerm struct {
 	stream
-	conn *websocket.Conn
+	conn   *websocket.Conn
+	server *ttydServer
 }
 
 func (s *ttydServer) open(cols, rows int) (*ttydTerm, error) {
@@ -172,7 +173,7 @@ func (s *ttydServer) open(cols, rows int) (*ttydTerm, error) {
 		conn.CloseNow()
 		return nil, fmt.Errorf("bench: ttyd hello: %w", err)
 	}
-	t := &ttydTerm{stream: stream{out: make(chan []byte, 1024)}, conn: conn}
+	t := &ttydTerm{stream: stream{out: make(chan []byte, 1024)}, conn: conn, server: s}
 	go func() {
 		defer close(t.out)
 		for {

@@ -116,6 +116,9 @@ func FreeAddr() (string, error) {
 
 // Stop ends the server with SIGINT so it stops its PostgreSQL, then removes
 // its folder.
+// Pid is the server process's id, for reading what it uses.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 func (s *Server) Stop() {
 	_ = s.cmd.Process.Signal(os.Interrupt)
 	done := make(chan struct{})
