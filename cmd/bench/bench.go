@@ -209,10 +209,7 @@ func (b *bench) terminal() ([]row, error) {
 		}
 
 		b.logf("round %d of %d: cat of %d MiB", i+1, b.sz.rounds, b.sz.catBytes>>20)
-		r.atelierCPU, err = measureCPU(b.srv.Pid(), func() (err error) {
-			r.atelierRate, err = catRate(at, "big.txt")
-			return err
-		})
+		r.atelierRate, r.atelierCPU, err = catRate(at, "big.txt", b.srv.Pid())
 		if err != nil {
 			return nil, fmt.Errorf("bench: atelier: %w", err)
 		}
@@ -220,10 +217,7 @@ func (b *bench) terminal() ([]row, error) {
 			return nil, err
 		}
 		if tt != nil {
-			r.ttydCPU, err = measureCPU(tt.server.cmd.Process.Pid, func() (err error) {
-				r.ttydRate, err = catRate(tt, local)
-				return err
-			})
+			r.ttydRate, r.ttydCPU, err = catRate(tt, local, tt.server.cmd.Process.Pid)
 			if err != nil {
 				return nil, fmt.Errorf("bench: ttyd: %w", err)
 			}
@@ -271,8 +265,7 @@ func terminalRows(rounds []terminalRound, keys int, catBytes int64, whyNot strin
 		keyRow.anchor += "ttyd: not measured (" + whyNot + ")"
 		keyRow.result = judge(keyNote, atMost("p50", p50, 0.0004, "0.4 ms"))
 		tputRow.anchor += "ttyd: not measured (" + whyNot + ")"
-		tputNote := cpuNote("Atelier", col(func(r terminalRound) float64 { return r.atelierCPU.server / r.atelierCPU.wall }),
-			col(func(r terminalRound) float64 { return r.atelierCPU.client / r.atelierCPU.wall }))
+		tputNote := cpuNote("Atelier", rounds, func(r terminalRound) cpuUse { return r.atelierCPU })
 		tputRow.result = judge("ttyd's share not judged; "+tputNote, shareOf(rate, rawRate.median(), 0.9, "raw"))
 		return []row{keyRow, tputRow}
 	}
@@ -287,21 +280,29 @@ func terminalRows(rounds []terminalRound, keys int, catBytes int64, whyNot strin
 			worst = i
 		}
 	}
-	tputNote := cpuNote("Atelier", col(func(r terminalRound) float64 { return r.atelierCPU.server / r.atelierCPU.wall }),
-		col(func(r terminalRound) float64 { return r.atelierCPU.client / r.atelierCPU.wall })) + "; " +
-		cpuNote("ttyd", col(func(r terminalRound) float64 { return r.ttydCPU.server / r.ttydCPU.wall }),
-			col(func(r terminalRound) float64 { return r.ttydCPU.client / r.ttydCPU.wall }))
+	tputNote := cpuNote("Atelier", rounds, func(r terminalRound) cpuUse { return r.atelierCPU }) + "; " +
+		cpuNote("ttyd", rounds, func(r terminalRound) cpuUse { return r.ttydCPU })
 	tputRow.result = judge(tputNote, shareOf(rounds[worst].atelierRate, rounds[worst].ttydRate, 1, "ttyd in its worst round"),
 		shareOf(rate, rawRate.median(), 0.9, "raw"))
 	return []row{keyRow, tputRow}
 }
 
-// cpuNote says how busy a server and its client kept the processors
-// during the cat, in cores (medians of the rounds), beside how many the
-// machine has: what is left went to the shell, cat and the kernel's PTY.
-func cpuNote(server string, serverCores, clientCores figure) string {
-	return fmt.Sprintf("during the cat %s's server kept %.2f of the %d cores busy, its client %.2f",
-		server, serverCores.median(), runtime.NumCPU(), clientCores.median())
+// cpuNote says how busy a server, its client and the whole machine kept
+// the processors during the cat, in cores (medians of the rounds), beside
+// how many the machine has: the machine's less the two is the shell, cat,
+// the kernel's PTY and anything else running.
+func cpuNote(server string, rounds []terminalRound, pick func(terminalRound) cpuUse) string {
+	cores := func(f func(cpuUse) float64) float64 {
+		fig := make(figure, len(rounds))
+		for i, r := range rounds {
+			u := pick(r)
+			fig[i] = f(u) / u.wall
+		}
+		return fig.median()
+	}
+	return fmt.Sprintf("during the cat %s's server kept %.2f of the %d cores busy, its client %.2f, the whole machine %.2f",
+		server, cores(func(u cpuUse) float64 { return u.server }), runtime.NumCPU(),
+		cores(func(u cpuUse) float64 { return u.client }), cores(func(u cpuUse) float64 { return u.machine }))
 }
 
 // atelierTerminal opens a session and a terminal in it, attached to its
@@ -384,18 +385,24 @@ func keystrokes(t terminal, keys []byte) ([]time.Duration, error) {
 }
 
 // catRate times cat of path in t's shell, until a mark the typed command
-// line does not itself contain, and answers the bytes a second received.
-func catRate(t terminal, path string) (float64, error) {
+// line does not itself contain, and answers the bytes a second received
+// and the processor time of the terminal's server (process server), its
+// client and the machine meanwhile.
+func catRate(t terminal, path string, server int) (rate float64, cpu cpuUse, err error) {
 	t.settle()
-	start := time.Now()
-	if err := t.send("cat " + path + "; printf 'EN%sD\\n' X\n"); err != nil {
-		return 0, err
-	}
-	t.resetCount()
-	if err := t.waitFor([]byte("ENXD"), 10*time.Minute); err != nil {
-		return 0, fmt.Errorf("cat: %w", err)
-	}
-	return float64(t.count()) / time.Since(start).Seconds(), nil
+	cpu, err = measureCPU(server, func() error {
+		start := time.Now()
+		if err := t.send("cat " + path + "; printf 'EN%sD\\n' X\n"); err != nil {
+			return err
+		}
+		t.resetCount()
+		if err := t.waitFor([]byte("ENXD"), 10*time.Minute); err != nil {
+			return fmt.Errorf("cat: %w", err)
+		}
+		rate = float64(t.count()) / time.Since(start).Seconds()
+		return nil
+	})
+	return rate, cpu, err
 }
 
 func percentiles(lat []time.Duration) (p50, p99 float64) {

@@ -137,30 +137,37 @@ func commandSeries() []string {
 	return append(series, stageRuns)
 }
 
-// cpuUse is the processor time a server process and its client (this
-// process) took during a measure, and the measure's wall time, in
-// seconds: with the machine's cores, what tells where a stream's time
-// went.
-type cpuUse struct{ server, client, wall float64 }
+// cpuUse is the processor time a server process, its client (this
+// process) and the whole machine took during a measure, and the measure's
+// wall time, in seconds: with the machine's cores, what tells where a
+// stream's time went.
+type cpuUse struct{ server, client, machine, wall float64 }
 
-// measureCPU runs fn and answers the processor time pid and this process
-// took meanwhile.
+// measureCPU runs fn and answers the processor time pid, this process and
+// the machine took meanwhile.
 func measureCPU(pid int, fn func() error) (cpuUse, error) {
-	serverBefore, err := processCPU(pid)
+	read := func() (u cpuUse, err error) {
+		if u.server, err = processCPU(pid); err == nil {
+			u.machine, err = machineCPU()
+		}
+		u.client = selfCPU()
+		return u, err
+	}
+	before, err := read()
 	if err != nil {
 		return cpuUse{}, err
 	}
-	clientBefore := selfCPU()
 	start := time.Now()
 	if err := fn(); err != nil {
 		return cpuUse{}, err
 	}
 	wall := time.Since(start).Seconds()
-	serverAfter, err := processCPU(pid)
+	after, err := read()
 	if err != nil {
 		return cpuUse{}, err
 	}
-	return cpuUse{server: serverAfter - serverBefore, client: selfCPU() - clientBefore, wall: wall}, nil
+	return cpuUse{server: after.server - before.server, client: after.client - before.client,
+		machine: after.machine - before.machine, wall: wall}, nil
 }
 
 // processCPU is the user and system time process pid has taken, from
@@ -176,12 +183,35 @@ func processCPU(pid int) (float64, error) {
 	if len(fields) < 13 {
 		return 0, fmt.Errorf("bench: cpu of %d: short stat", pid)
 	}
-	utime, err1 := strconv.ParseFloat(fields[11], 64)
-	stime, err2 := strconv.ParseFloat(fields[12], 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("bench: cpu of %d: %w", pid, err)
+	return ticks(fields[11:13])
+}
+
+// machineCPU is the time every core of the machine has spent busy (all
+// but idle and waiting for I/O), from /proc/stat.
+func machineCPU() (float64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, fmt.Errorf("bench: cpu: %w", err)
 	}
-	return (utime + stime) / 100, nil
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	fields := strings.Fields(string(line)) // cpu user nice system idle iowait irq softirq steal
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return 0, errors.New("bench: cpu: /proc/stat has no cpu line")
+	}
+	return ticks(append(fields[1:4], fields[6:9]...))
+}
+
+// ticks adds the USER_HZ tick counts in fields, in seconds.
+func ticks(fields []string) (float64, error) {
+	total := 0.0
+	for _, f := range fields {
+		n, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: cpu: %w", err)
+		}
+		total += n
+	}
+	return total / 100, nil
 }
 
 // selfCPU is the user and system time this process has taken.

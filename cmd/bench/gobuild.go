@@ -156,6 +156,7 @@ func writeFile(path, content string) error {
 // goRound is one round's figures, in seconds.
 type goRound struct {
 	cold, warm, host float64
+	warmStages       stages // where the second session's build went in the server
 }
 
 // goBuild imports the module into a project of its own each round (so its
@@ -181,10 +182,10 @@ func (b *bench) goBuild() ([]row, error) {
 			return nil, err
 		}
 		b.logf("round %d of %d: go build in a first session, then in a second, of %s", i+1, b.sz.rounds, mod.about)
-		if r.cold, err = b.sessionGoBuild(id); err != nil {
+		if r.cold, _, err = b.sessionGoBuild(id); err != nil {
 			return nil, err
 		}
-		if r.warm, err = b.sessionGoBuild(id); err != nil {
+		if r.warm, r.warmStages, err = b.sessionGoBuild(id); err != nil {
 			return nil, err
 		}
 		b.logf("round %d of %d: go build on the host, twice", i+1, b.sz.rounds)
@@ -197,32 +198,38 @@ func (b *bench) goBuild() ([]row, error) {
 }
 
 // sessionGoBuild opens a session of the project, builds its checkout with
-// a first command, times `go build ./...` as the person's page sends it,
-// and ends the session.
-func (b *bench) sessionGoBuild(id int64) (float64, error) {
+// a first command, times `go build ./...` as the person's page sends it
+// and where its time went in the server, and ends the session.
+func (b *bench) sessionGoBuild(id int64) (took float64, st stages, err error) {
 	base, err := openSession(b.c, id)
 	if err != nil {
-		return 0, err
+		return 0, st, err
 	}
 	if _, err := oneShot(b.c, base); err != nil {
-		return 0, err
+		return 0, st, err
 	}
 	var res struct {
 		ExitCode int    `json:"exitCode"`
 		Stderr   string `json:"stderr"`
 	}
-	start := time.Now()
-	if err := b.c.PostJSON(base+"/commands", url.Values{"command": {"go build ./..."}}, &res); err != nil {
-		return 0, fmt.Errorf("bench: go build: %w", err)
+	st, err = b.staged(func() error {
+		start := time.Now()
+		if err := b.c.PostJSON(base+"/commands", url.Values{"command": {"go build ./..."}}, &res); err != nil {
+			return fmt.Errorf("bench: go build: %w", err)
+		}
+		took = time.Since(start).Seconds()
+		return nil
+	})
+	if err != nil {
+		return 0, st, err
 	}
-	took := time.Since(start).Seconds()
 	if res.ExitCode != 0 {
-		return 0, fmt.Errorf("bench: go build in a session exited %d: %s", res.ExitCode, res.Stderr)
+		return 0, st, fmt.Errorf("bench: go build in a session exited %d: %s", res.ExitCode, res.Stderr)
 	}
 	if err := b.c.Post(base+"/discard", nil); err != nil {
-		return 0, fmt.Errorf("bench: end session: %w", err)
+		return 0, st, fmt.Errorf("bench: end session: %w", err)
 	}
-	return took, nil
+	return took, st, nil
 }
 
 // hostGoBuild builds dir on the host with a fresh cache, then times the
@@ -252,7 +259,8 @@ func goBuildRow(rounds []goRound, mod *goModule) row {
 	}
 	cold, warm, host := col(func(r goRound) float64 { return r.cold }), col(func(r goRound) float64 { return r.warm }),
 		col(func(r goRound) float64 { return r.host })
-	note := fmt.Sprintf("%.0f × faster than the first session's", cold.median()/warm.median())
+	note := fmt.Sprintf("%.0f × faster than the first session's; ", cold.median()/warm.median()) +
+		stagesNote(rounds, func(r goRound) stages { return r.warmStages }, "the build")
 	return row{measure: "second session's `go build ./...` of " + mod.about + " (first command's checkout aside)",
 		atelier: msFig(warm),
 		anchor:  "warm `go build ./...` on the host " + msFig(host) + "; the first session's, cold as every session's was before, " + msFig(cold),
