@@ -525,6 +525,8 @@ type stream struct {
 	out      chan []byte
 	tail     []byte // the last bytes seen, for marks split across messages
 	received int64  // bytes since resetCount
+	// ended says why out was closed; it is set before the close.
+	ended error
 }
 
 func (s *stream) resetCount()  { s.received = 0 }
@@ -550,6 +552,7 @@ func (s *shell) attach() error {
 		for {
 			line, err := r.ReadSlice('\n')
 			if err != nil {
+				s.ended = fmt.Errorf("after a %q event: %w", event, err)
 				return
 			}
 			line = bytes.TrimRight(line, "\n")
@@ -561,12 +564,14 @@ func (s *shell) attach() error {
 				dec := make([]byte, base64.StdEncoding.DecodedLen(len(data)))
 				n, err := base64.StdEncoding.Decode(dec, data)
 				if err != nil {
+					s.ended = fmt.Errorf("out event: %w", err)
 					return
 				}
 				s.out <- dec[:n]
 			case bytes.HasPrefix(line, []byte("data: ")) && event == "text":
 				dec, err := wire.AppendText(nil, line[6:])
 				if err != nil {
+					s.ended = fmt.Errorf("text event: %w", err)
 					return
 				}
 				s.out <- dec
@@ -599,7 +604,7 @@ func (s *stream) waitFor(mark []byte, timeout time.Duration) error {
 		select {
 		case p, ok := <-s.out:
 			if !ok {
-				return errors.New("stream ended")
+				return fmt.Errorf("stream ended: %w", s.ended)
 			}
 			s.received += int64(len(p))
 			s.tail = append(s.tail, p...)
@@ -617,11 +622,15 @@ func (s *stream) waitFor(mark []byte, timeout time.Duration) error {
 	}
 }
 
-// settle drops output until the shell has been quiet for a moment.
+// settle drops output until the shell has been quiet for a moment, or
+// its stream has ended (the next wait says so).
 func (s *stream) settle() {
 	for {
 		select {
-		case <-s.out:
+		case _, ok := <-s.out:
+			if !ok {
+				return
+			}
 		case <-time.After(300 * time.Millisecond):
 			s.tail = s.tail[:0]
 			return

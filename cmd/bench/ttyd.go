@@ -179,6 +179,7 @@ func (s *ttydServer) open(cols, rows int) (*ttydTerm, error) {
 		for {
 			_, msg, err := conn.Read(context.Background())
 			if err != nil {
+				t.ended = err
 				return
 			}
 			if len(msg) > 0 && msg[0] == ttydOutput {
