@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"sync"
 	"time"
 
@@ -40,13 +39,10 @@ type checkout struct {
 	// seen is what the last capture read of each text file, by the file's
 	// inode and times, so the next reads only what changed (FileStat).
 	seen map[string]seenFile
-	// base is the tree of baseCommit (baseEntries), listed once: a commit
-	// does not change. baseSorted and baseFolders index it for captures,
-	// made when first needed.
-	base        map[string]gitsvc.Entry
-	baseCommit  string
-	baseSorted  []string
-	baseFolders map[string]bool
+	// base is the tree of baseCommit (baseEntries), shared with the other
+	// checkouts of the commit: a commit does not change.
+	base       *baseListing
+	baseCommit string
 }
 
 // gitBase is a session's base, the fork at its base commit, as the tar
@@ -122,53 +118,34 @@ func gitBlobID(content []byte) string {
 // baseEntries is the base tree: path → entry, for blobs, links and
 // submodules; read only, kept on the checkout while its base stays.
 func (r *Runtime) baseEntries(ctx context.Context, sess editsession.Identity, co *checkout) (map[string]gitsvc.Entry, error) {
-	if co.base != nil && co.baseCommit == sess.Source.Commit {
-		return co.base, nil
-	}
-	_, all, err := r.git.ListAll(ctx, sess.Source.Repo, sess.Source.Commit)
-	if err != nil {
-		return nil, err
-	}
-	m := make(map[string]gitsvc.Entry, len(all))
-	for _, e := range all {
-		if e.Type != "tree" {
-			m[e.Path] = e
+	if co.base == nil || co.baseCommit != sess.Source.Commit {
+		listing, err := r.listings.get(sess.Source.Repo.GitDir, sess.Source.Commit, func() (map[string]gitsvc.Entry, error) {
+			_, all, err := r.git.ListAll(ctx, sess.Source.Repo, sess.Source.Commit)
+			if err != nil {
+				return nil, err
+			}
+			m := make(map[string]gitsvc.Entry, len(all))
+			for _, e := range all {
+				if e.Type != "tree" {
+					m[e.Path] = e
+				}
+			}
+			return m, nil
+		})
+		if err != nil {
+			return nil, err
 		}
+		co.base, co.baseCommit = listing, sess.Source.Commit
 	}
-	co.base, co.baseCommit, co.baseSorted, co.baseFolders = m, sess.Source.Commit, nil, nil
-	return m, nil
+	return co.base.entries, nil
 }
 
 // basePaths are the paths of the base's files and links, sorted, so the
 // ones below a folder are found without looking at the others.
-func (co *checkout) basePaths() []string {
-	if co.baseSorted == nil {
-		co.baseSorted = make([]string, 0, len(co.base))
-		for p, b := range co.base {
-			if b.Type == "blob" {
-				co.baseSorted = append(co.baseSorted, p)
-			}
-		}
-		sort.Strings(co.baseSorted)
-	}
-	return co.baseSorted
-}
+func (co *checkout) basePaths() []string { return co.base.paths() }
 
 // holdsBase says the base has a file or link below the folder p.
-func (co *checkout) holdsBase(p string) bool {
-	if co.baseFolders == nil {
-		co.baseFolders = map[string]bool{}
-		for q, b := range co.base {
-			if b.Type != "blob" {
-				continue
-			}
-			for d := parentDir(q); d != "" && !co.baseFolders[d]; d = parentDir(d) {
-				co.baseFolders[d] = true
-			}
-		}
-	}
-	return co.baseFolders[p]
-}
+func (co *checkout) holdsBase(p string) bool { return co.base.holds(p) }
 
 // sync writes into the checkout the edits saved since it last saw them
 // (in the editor, say), and the base again where an edit went away. The

@@ -130,6 +130,7 @@ type Runtime struct {
 	now       func() time.Time
 	log       *slog.Logger
 	checkouts *checkouts
+	listings  *listings     // the base listings checkouts share, by commit
 	slots     *commandSlots // of the commands that run or wait for their session's earlier one
 	admitted  atomic.Int64  // commands running or waiting for their session's earlier one
 	commands  runningCommands
@@ -164,7 +165,7 @@ type RuntimeOptions struct {
 // NewRuntime returns the runtime of the sessions this instance holds.
 func NewRuntime(o RuntimeOptions) *Runtime {
 	return &Runtime{db: o.DB, git: o.Git, edits: o.Edits, sb: o.Sandboxes, terms: o.Terminals,
-		now: o.Now, log: o.Log, checkouts: newCheckouts(), slots: newCommandSlots(o.Sandboxes.MaxRunning),
+		now: o.Now, log: o.Log, checkouts: newCheckouts(), listings: newListings(), slots: newCommandSlots(o.Sandboxes.MaxRunning),
 		warming: make(chan struct{}, warmAtOnce)}
 }
 
