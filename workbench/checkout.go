@@ -119,7 +119,7 @@ func gitBlobID(content []byte) string {
 // submodules; read only, kept on the checkout while its base stays.
 func (r *Runtime) baseEntries(ctx context.Context, sess editsession.Identity, co *checkout) (map[string]gitsvc.Entry, error) {
 	if co.base == nil || co.baseCommit != sess.Source.Commit {
-		listing, err := r.listings.get(sess.Source.Repo.GitDir, sess.Source.Commit, func() (map[string]gitsvc.Entry, error) {
+		listing, err := r.listings.get(sess.Source.Commit, func() (map[string]gitsvc.Entry, error) {
 			_, all, err := r.git.ListAll(ctx, sess.Source.Repo, sess.Source.Commit)
 			if err != nil {
 				return nil, err

@@ -56,9 +56,11 @@ func (l *baseListing) holds(p string) bool {
 }
 
 // listings are the base listings the checkouts of this instance hold, by
-// repository and commit. The map holds them weakly: a listing lives as
-// long as a checkout refers to it, so sharing costs no memory beyond what
-// the checkouts held each on their own before.
+// commit: a commit names its tree whichever repository holds it (each
+// session's fork, the project's canonical), as the shared exported base
+// does (gitBase.ID). The map holds them weakly: a listing lives as long as
+// a checkout refers to it, so sharing costs no memory beyond what the
+// checkouts held each on their own before.
 type listings struct {
 	mu   sync.Mutex
 	byID map[string]weak.Pointer[baseListing]
@@ -66,11 +68,11 @@ type listings struct {
 
 func newListings() *listings { return &listings{byID: map[string]weak.Pointer[baseListing]{}} }
 
-// get answers the listing of commit in the repository at gitDir, made by
-// list when no checkout holds it. Two first lists of one commit at once
-// both run; the first stored is kept.
-func (ls *listings) get(gitDir, commit string, list func() (map[string]gitsvc.Entry, error)) (*baseListing, error) {
-	id := gitDir + "\x00" + commit
+// get answers the listing of commit, made by list when no checkout holds
+// it. Two first lists of one commit at once both run; the first stored is
+// kept.
+func (ls *listings) get(commit string, list func() (map[string]gitsvc.Entry, error)) (*baseListing, error) {
+	id := commit
 	ls.mu.Lock()
 	l := ls.byID[id].Value()
 	ls.mu.Unlock()

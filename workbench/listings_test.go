@@ -10,7 +10,8 @@ import (
 )
 
 // A commit is listed once while any checkout holds its listing: a second
-// checkout of it shares the first's. Once none holds it, it is forgotten
+// checkout of it (another session's fork, holding the same commit) shares
+// the first's. Once none holds it, it is forgotten
 // (the map keeps listings weakly), and the next checkout lists again.
 func TestCheckoutsOfACommitShareItsListing(t *testing.T) {
 	ls := newListings()
@@ -22,16 +23,16 @@ func TestCheckoutsOfACommitShareItsListing(t *testing.T) {
 			"mod": {Path: "mod", Type: "commit"},
 		}, nil
 	}
-	first, err := ls.get("/git/p.git", "c1", list)
+	first, err := ls.get("c1", list)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := ls.get("/git/p.git", "c1", list)
+	second, err := ls.get("c1", list)
 	if err != nil || second != first || lists != 1 {
 		t.Fatalf("a second checkout of the commit listed again (%d lists, shared %v, %v)", lists, second == first, err)
 	}
-	if other, _ := ls.get("/git/q.git", "c1", list); other == first || lists != 2 {
-		t.Fatal("another repository's commit of the same name shared the listing")
+	if other, _ := ls.get("c0", list); other == first || lists != 2 {
+		t.Fatal("another commit shared the listing")
 	}
 	if got := first.paths(); len(got) != 2 || got[0] != "a/b.go" || got[1] != "z.txt" {
 		t.Errorf("paths %v, want the blobs sorted", got)
@@ -40,7 +41,7 @@ func TestCheckoutsOfACommitShareItsListing(t *testing.T) {
 		t.Error("holds should be true for a folder holding a blob, only")
 	}
 	boom := errors.New("git failed")
-	if _, err := ls.get("/git/p.git", "c2", func() (map[string]gitsvc.Entry, error) { return nil, boom }); !errors.Is(err, boom) {
+	if _, err := ls.get("c2", func() (map[string]gitsvc.Entry, error) { return nil, boom }); !errors.Is(err, boom) {
 		t.Fatalf("a failed listing: %v", err)
 	}
 
@@ -48,7 +49,7 @@ func TestCheckoutsOfACommitShareItsListing(t *testing.T) {
 		runtime.GC()
 		return ls.count() == 0
 	})
-	if _, err := ls.get("/git/p.git", "c1", list); err != nil || lists != 3 {
+	if _, err := ls.get("c1", list); err != nil || lists != 3 {
 		t.Fatalf("after it was forgotten, the commit was not listed again (%d lists, %v)", lists, err)
 	}
 }
