@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -148,10 +149,10 @@ func (b *bench) terminal() ([]row, error) {
 	// cooked terminal passes every byte). Atelier's shell makes its own in
 	// its sandbox; the raw PTY and ttyd read one of the same size here.
 	raw := b.sz.catBytes / 4 * 3
-	if err := at.send(fmt.Sprintf("head -c %d /dev/urandom | base64 -w 100 > big.txt; printf 'REA%%sDY\\n' X\n", raw)); err != nil {
+	if err := at.send(fmt.Sprintf("head -c %d /dev/urandom | base64 -w 100 > big.txt; printf 'REA%%s.DY\\n' X\n", raw)); err != nil {
 		return nil, err
 	}
-	if err := at.waitFor([]byte("REAXDY"), 5*time.Minute); err != nil {
+	if err := at.waitFor([]byte("REAX.DY"), 5*time.Minute); err != nil {
 		return nil, fmt.Errorf("bench: make the file: %w", err)
 	}
 	local := filepath.Join(b.tmp, "big.txt")
@@ -384,19 +385,20 @@ func keystrokes(t terminal, keys []byte) ([]time.Duration, error) {
 	return lat, nil
 }
 
-// catRate times cat of path in t's shell, until a mark the typed command
-// line does not itself contain, and answers the bytes a second received
+// catRate times cat of path in t's shell, until a mark that neither the
+// typed command line nor the file can hold (the file is base64 text, and
+// the mark has a '.'), and answers the bytes a second received
 // and the processor time of the terminal's server (process server), its
 // client and the machine meanwhile.
 func catRate(t terminal, path string, server int) (rate float64, cpu cpuUse, err error) {
 	t.settle()
 	cpu, err = measureCPU(server, func() error {
 		start := time.Now()
-		if err := t.send("cat " + path + "; printf 'EN%sD\\n' X\n"); err != nil {
+		if err := t.send("cat " + path + "; printf 'EN%s.D\\n' X\n"); err != nil {
 			return err
 		}
 		t.resetCount()
-		if err := t.waitFor([]byte("ENXD"), 10*time.Minute); err != nil {
+		if err := t.waitFor([]byte("ENX.D"), 10*time.Minute); err != nil {
 			return fmt.Errorf("cat: %w", err)
 		}
 		rate = float64(t.count()) / time.Since(start).Seconds()
@@ -467,8 +469,9 @@ func echoTimes(w io.Writer, r io.Reader, keys []byte) ([]time.Duration, error) {
 	return lat, nil
 }
 
-// writeCatFile writes lines like those of base64 -w 100 of raw bytes: the
-// file the raw PTY and ttyd print.
+// writeCatFile writes lines like those of base64 -w 100 of raw random
+// bytes, as the sandbox's file is made: the file the raw PTY and ttyd
+// print.
 func writeCatFile(path string, raw int64) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -481,6 +484,7 @@ func writeCatFile(path string, raw int64) error {
 	w := bufio.NewWriter(f)
 	for left := raw; left > 0; left -= int64(len(chunk)) {
 		n := min(int64(len(chunk)), left)
+		_, _ = rand.Read(chunk[:n]) // the same kind of text as the sandbox's file
 		enc.Encode(line, chunk[:n])
 		m := enc.EncodedLen(int(n))
 		line[m] = '\n'
