@@ -131,8 +131,8 @@ func (m *Metrics) CommandRan(exitCode int, took time.Duration, stages workbench.
 	}
 	m.commands.WithLabelValues(code).Inc()
 	m.took.Observe(took.Seconds())
-	for i, took := range [...]time.Duration{stages.Queued, stages.Reserved, stages.Checkout, stages.Ran, stages.Captured, stages.Recorded} {
-		m.stages.WithLabelValues(commandStages[i]).Observe(took.Seconds())
+	for i, d := range [...]time.Duration{stages.Queued, stages.Reserved, stages.Checkout, stages.Ran, stages.Captured, stages.Recorded} {
+		m.stages.WithLabelValues(commandStages[i]).Observe(d.Seconds())
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -186,8 +187,9 @@ func processCPU(pid int) (float64, error) {
 	return ticks(fields[11:13])
 }
 
-// machineCPU is the time every core of the machine has spent busy (all
-// but idle and waiting for I/O), from /proc/stat.
+// machineCPU is the time every core of the machine has spent working
+// (user, nice, system, irq and softirq: not idle, waiting for I/O, or
+// stolen by the hypervisor for other machines), from /proc/stat.
 func machineCPU() (float64, error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -198,7 +200,7 @@ func machineCPU() (float64, error) {
 	if len(fields) < 9 || fields[0] != "cpu" {
 		return 0, errors.New("bench: cpu: /proc/stat has no cpu line")
 	}
-	return ticks(append(fields[1:4], fields[6:9]...))
+	return ticks(slices.Concat(fields[1:4], fields[6:8]))
 }
 
 // ticks adds the USER_HZ tick counts in fields, in seconds.
