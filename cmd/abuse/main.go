@@ -482,7 +482,7 @@ func (s *server) stop() {
 	if s.minio != nil {
 		_ = s.minio.Stop()
 	}
-	_ = os.RemoveAll(s.dir)
+	_ = liveserver.RemoveData(s.dir)
 }
 
 // measure runs one attack while an honest client polls /healthz and a

@@ -129,7 +129,7 @@ func (s *Server) Stop() {
 		_ = s.cmd.Process.Kill()
 		<-done
 	}
-	_ = os.RemoveAll(s.dir)
+	_ = RemoveData(s.dir)
 }
 
 // Client is one signed-in person: a cookie jar and the CSRF token its pages
