@@ -102,10 +102,3 @@ func (ls *listings) get(commit string, list func() (map[string]gitsvc.Entry, err
 	}, id)
 	return made, nil
 }
-
-// count is how many listings are kept; for tests.
-func (ls *listings) count() int {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return len(ls.byID)
-}

@@ -47,7 +47,9 @@ func TestCheckoutsOfACommitShareItsListing(t *testing.T) {
 
 	wait.For(t, wait.Long, "the unheld listings forgotten", func() bool {
 		runtime.GC()
-		return ls.count() == 0
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		return len(ls.byID) == 0
 	})
 	if _, err := ls.get("c1", list); err != nil || lists != 3 {
 		t.Fatalf("after it was forgotten, the commit was not listed again (%d lists, %v)", lists, err)
