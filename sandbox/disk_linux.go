@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -110,6 +111,32 @@ func CleanDisks(dir string) error {
 // images.
 func detachLoops(dir string) (images []string, err error) {
 	dir = filepath.Clean(dir)
+	return detachLoopsOf(func(image string) bool { return filepath.Dir(image) == dir })
+}
+
+// ReleaseBelow unmounts everything mounted below dir (deepest first, each
+// detached, so a file still open below does not hold it) and detaches the
+// loop devices whose image lies below it: what a server leaves mounted
+// in a data folder it will not start on again, since a stopping server
+// keeps its sessions' checkouts and disks for its next start.
+func ReleaseBelow(dir string) error {
+	dir = filepath.Clean(dir)
+	below := func(p string) bool { return strings.HasPrefix(p, dir+"/") }
+	points, err := mountsWhere(below)
+	errs := []error{err}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && err != unix.EINVAL {
+			errs = append(errs, fmt.Errorf("sandbox: unmount %s: %w", p, err))
+		}
+	}
+	_, err = detachLoopsOf(below)
+	return errors.Join(append(errs, err)...)
+}
+
+// detachLoopsOf unmounts and detaches the loop devices whose image
+// (deleted or not) the predicate picks, and answers those images.
+func detachLoopsOf(picked func(image string) bool) (images []string, err error) {
 	loops, _ := filepath.Glob("/sys/block/loop*")
 	var errs []error
 	for _, l := range loops {
@@ -118,7 +145,7 @@ func detachLoops(dir string) (images []string, err error) {
 			continue // not attached
 		}
 		backing := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
-		if filepath.Dir(backing) != dir {
+		if !picked(backing) {
 			continue
 		}
 		images = append(images, backing)
@@ -245,6 +272,17 @@ func isMountPoint(path string) (bool, error) {
 
 // mountsOfDevice lists where the device "major:minor" is mounted.
 func mountsOfDevice(dev string) ([]string, error) {
+	return mountsOf(func(device, _ string) bool { return device == dev })
+}
+
+// mountsWhere lists the mount points the predicate picks.
+func mountsWhere(picked func(point string) bool) ([]string, error) {
+	return mountsOf(func(_, point string) bool { return picked(point) })
+}
+
+// mountsOf lists the mount points of this mount namespace whose device
+// ("major:minor") and point the predicate picks.
+func mountsOf(picked func(device, point string) bool) ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
@@ -254,8 +292,10 @@ func mountsOfDevice(dev string) ([]string, error) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && fields[2] == dev {
-			out = append(out, unescapeMount(fields[4]))
+		if len(fields) > 4 {
+			if point := unescapeMount(fields[4]); picked(fields[2], point) {
+				out = append(out, point)
+			}
 		}
 	}
 	return out, sc.Err()

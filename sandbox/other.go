@@ -42,6 +42,7 @@ func RunPlain(context.Context, []string, string, []string, Limits) (*Result, err
 func MountDisk(string, string, int64) error  { return errUnsupported }
 func UnmountDisk(string, string) error       { return errUnsupported }
 func CleanDisks(string) error                { return nil }
+func ReleaseBelow(string) error              { return nil }
 func MountCache(string, string, int64) error { return errUnsupported }
 func UnmountCache(string) error              { return nil }
 func CleanCaches(string) error               { return nil }

@@ -1,4 +1,6 @@
-package liveserver
+//go:build linux
+
+package sandbox
 
 import (
 	"os"
@@ -10,10 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A stopped server's folder goes with what was left mounted below it
-// (checkouts, one inside another, a file still open in one) and the loop
-// device of a disk image below it; nothing of it stays on the machine.
-func TestRemoveDataTakesWhatIsMountedBelow(t *testing.T) {
+// What a stopped server left mounted in its data folder goes: checkouts,
+// one inside another, a file still open in one, and the loop device of a
+// disk image below it; the folder can then be removed.
+func TestReleaseBelowTakesWhatIsMountedThere(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("precondition: root, to mount and attach loop devices")
 	}
@@ -33,7 +35,8 @@ func TestRemoveDataTakesWhatIsMountedBelow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	img := filepath.Join(dir, "data", "disk.img")
+	img := filepath.Join(dir, "data", "sandbox-disks", "edit_1.img")
+	os.MkdirAll(filepath.Dir(img), 0o755)
 	if err := os.WriteFile(img, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -42,17 +45,27 @@ func TestRemoveDataTakesWhatIsMountedBelow(t *testing.T) {
 		t.Fatalf("losetup: %v: %s", err, out)
 	}
 	loop := filepath.Base(strings.TrimSpace(string(out)))
-
-	if err := RemoveData(dir); err != nil {
+	// Beside it, what is not below the folder stays.
+	other := t.TempDir()
+	if err := unix.Mount("tmpfs", other, "tmpfs", 0, "size=1m"); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := mountsBelow(dir); len(left) != 0 {
+	defer unix.Unmount(other, unix.MNT_DETACH)
+
+	if err := ReleaseBelow(dir); err != nil {
+		t.Fatal(err)
+	}
+	below := func(p string) bool { return strings.HasPrefix(p, dir+"/") }
+	if left, _ := mountsWhere(below); len(left) != 0 {
 		t.Errorf("still mounted: %v", left)
 	}
 	if _, err := os.Stat(filepath.Join("/sys/block", loop, "loop", "backing_file")); err == nil {
-		t.Errorf("%s is still attached to the removed image", loop)
+		t.Errorf("%s is still attached to the image", loop)
 	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("the folder is still there: %v", err)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Errorf("the folder cannot be removed: %v", err)
+	}
+	if kept, _ := mountsWhere(func(p string) bool { return p == other }); len(kept) != 1 {
+		t.Error("a mount outside the folder was taken too")
 	}
 }
