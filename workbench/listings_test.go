@@ -1,11 +1,18 @@
 package workbench
 
 import (
+	"context"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
+	"atelier/editsession"
 	"atelier/gitsvc"
+	"atelier/storage/codestore"
 	"atelier/testrig/wait"
 )
 
@@ -53,5 +60,54 @@ func TestCheckoutsOfACommitShareItsListing(t *testing.T) {
 	})
 	if _, err := ls.get("c1", list); err != nil || lists != 3 {
 		t.Fatalf("after it was forgotten, the commit was not listed again (%d lists, %v)", lists, err)
+	}
+}
+
+// Two sessions of one commit check out two forks (each person's); the
+// first capture of the second reads the listing the first made instead of
+// listing the commit again with git.
+func TestForksOfACommitShareItsListing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	realGit, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lsTrees := filepath.Join(dir, "ls-trees")
+	counting := filepath.Join(dir, "git")
+	script := "#!/bin/sh\ncase \" $* \" in *\" ls-tree \"*) echo >>" + lsTrees + ";; esac\nexec " + realGit + " \"$@\"\n"
+	if err := os.WriteFile(counting, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git, err := gitsvc.New(gitsvc.Config{Root: filepath.Join(dir, "repos"), GitPath: counting})
+	if err != nil {
+		t.Fatal(err)
+	}
+	canonical, commit, err := git.CreateCanonical(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRuntime(RuntimeOptions{Git: git, Now: time.Now})
+	var bases []*baseListing
+	for _, name := range []string{"ann-fork", "bob-fork"} {
+		fork, err := git.Fork(ctx, canonical, commit, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(lsTrees) // what the fork ran is not a listing
+		co := &checkout{}
+		sess := editsession.Identity{Source: codestore.Source{Repo: fork, Commit: commit}}
+		if _, err := r.baseEntries(ctx, sess, co); err != nil {
+			t.Fatal(err)
+		}
+		bases = append(bases, co.base)
+		// The first lists the commit once; the second not at all.
+		ran, _ := os.ReadFile(lsTrees)
+		if want := 2 - len(bases); len(ran) != want {
+			t.Fatalf("checkout %d of the commit ran git ls-tree %d times, want %d", len(bases), len(ran), want)
+		}
+	}
+	if bases[0] != bases[1] {
+		t.Fatal("the second fork's checkout does not share the first's listing")
 	}
 }
