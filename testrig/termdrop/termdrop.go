@@ -154,7 +154,9 @@ func (p *Page) front() error {
 }
 
 // Ready brings the page's tab to the front and waits until the page has
-// its terminal.
+// its terminal and the shell has written into it (its prompt), as a person
+// waits for the prompt before typing: a page may take keys before its
+// connection is open and drop them (ttyd's does).
 func (p *Page) Ready(within wait.Span) error {
 	if err := p.front(); err != nil {
 		return err
@@ -162,10 +164,10 @@ func (p *Page) Ready(within wait.Span) error {
 	var err error
 	if !wait.Until(within, func() bool {
 		var ok bool
-		ok, err = evaluate[bool](p, `!!window.term?.textarea`)
+		ok, err = evaluate[bool](p, `!!window.term?.textarea && window.termTranscript.length > 0`)
 		return ok
 	}) {
-		return fmt.Errorf("termdrop: %s: no terminal on the page within %v (%v)", p.product.Name, within.Duration(), err)
+		return fmt.Errorf("termdrop: %s: no terminal with the shell's prompt on the page within %v (%v)", p.product.Name, within.Duration(), err)
 	}
 	return nil
 }
