@@ -93,18 +93,18 @@ func TestOpeningPreparesTheSandboxInAPod(t *testing.T) {
 func openingPreparesTheSandbox(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	s, base := owner.session(id)
-	var found string
+	// The checkout is written while it is watched (a file exists before
+	// its content does), so wait for the content itself.
+	var readme []byte
 	if !wait.Until(wait.Long, func() bool {
-		if found = preparedCheckout(t, h, s.ID); found == "" {
+		found := preparedCheckout(t, h, s.ID)
+		if found == "" {
 			return false
 		}
-		_, err := os.Stat(filepath.Join(found, "README.md"))
-		return err == nil
+		readme, _ = os.ReadFile(filepath.Join(found, "README.md"))
+		return string(readme) == "# Base\n"
 	}) {
-		t.Fatal("no checkout after opening the session")
-	}
-	if got, _ := os.ReadFile(filepath.Join(found, "README.md")); string(got) != "# Base\n" {
-		t.Fatalf("the prepared checkout's README.md: %q", got)
+		t.Fatalf("no checkout with the session's files after opening it; README.md: %q", readme)
 	}
 	usage, err := h.app.Meter.Usage(context.Background(), id)
 	if err != nil || usage.Used != 0 || usage.Reserved != 0 {
