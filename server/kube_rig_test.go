@@ -2,6 +2,7 @@ package server
 
 import (
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -65,16 +66,16 @@ func onKube(t *testing.T) func(*Config) {
 		if err := os.WriteFile(helper, b, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		kc := kube.Config{Namespace: "atelier-sandbox", Image: "rig", Helper: helper, Workspace: workspace, PoliciesEnforced: true}.Defaults()
 		uids := &podUIDs{next: c.Sandbox.UIDBase + c.Sandbox.UIDCount/2, of: map[string]uint32{}, folders: pods}
 		processes := &kubeexec.Processes{
 			Dir: uids.folder, UID: uids.uid, Workspace: workspace,
-			// Each container's 1 is the pod's main process, which reaps.
-			PIDNamespaces: true, Init: []string{helper, "sandbox-pod", "idle"},
+			// Each container's 1 is its main process from the pod's spec.
+			PIDNamespaces: true, Init: func(id string) []string { return kube.MainProcess(kc, path.Base(id)) },
 			Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home},
 		}
 		rc := kubeexec.Serve(t, processes)
 		t.Cleanup(processes.Close)
-		kc := kube.Config{Namespace: "atelier-sandbox", Image: "rig", Helper: helper, Workspace: workspace, PoliciesEnforced: true}.Defaults()
 		c.Kube = &kc
 		c.kubeRig = &kubeAccess{rest: rc, api: fakeCluster(t)}
 		podRigs.Store(c.kubeRig, processes)
@@ -162,7 +163,9 @@ func (p *podUIDs) uid(container string) (uint32, error) {
 // sandboxProcesses lists the command lines of the processes that the
 // harness's sandboxes run, wherever they run: the local jail's sessions
 // and the rig's pods both take their uids from the harness's block (the
-// pods its upper half).
+// pods its upper half). The rig's containers' main processes are not
+// among them: the rig keeps them to its end, where a cluster ends them
+// with their pod.
 func sandboxProcesses(h *harness) []string {
 	from, to := h.cfg.Sandbox.UIDBase, h.cfg.Sandbox.UIDBase+h.cfg.Sandbox.UIDCount
 	var found []string
@@ -178,10 +181,27 @@ func sandboxProcesses(h *harness) []string {
 		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid < from || st.Uid >= to {
 			continue
 		}
+		if h.cfg.Kube != nil && mainProcess(e.Name()) {
+			continue
+		}
 		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
 		found = append(found, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
 	}
 	return found
+}
+
+// mainProcess says whether the process of host pid is the 1 of its own
+// PID namespace: the last of its pids in /proc/PID/status, innermost
+// namespace last.
+func mainProcess(pid string) bool {
+	b, _ := os.ReadFile("/proc/" + pid + "/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			return len(f) > 1 && f[len(f)-1] == "1"
+		}
+	}
+	return false
 }
 
 // sandboxRuns reports whether a process of the harness's sandboxes runs

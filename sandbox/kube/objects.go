@@ -56,6 +56,16 @@ const (
 	shellsContainer   = "shells"
 )
 
+// MainProcess is the main process of a pod's container: the helper's
+// idle, which in the commands' container also runs the commands, out of
+// their reach (inpod's supervisor).
+func MainProcess(cfg Config, container string) []string {
+	if container == commandsContainer {
+		return []string{cfg.Helper, inpod.Arg, "idle", "-supervise"}
+	}
+	return []string{cfg.Helper, inpod.Arg, "idle"}
+}
+
 // podGraceSeconds is short: the pod's main process only waits, and a
 // session's commands are over once its pod is deleted.
 const podGraceSeconds int64 = 2
@@ -128,7 +138,7 @@ func podFor(cfg Config, s sandbox.Session) *corev1.Pod {
 		return corev1.Container{
 			Name:       name,
 			Image:      cfg.Image,
-			Command:    []string{cfg.Helper, inpod.Arg, "idle"},
+			Command:    MainProcess(cfg, name),
 			WorkingDir: cfg.Workspace,
 			// PATH stays the image's: its toolchains put themselves on it.
 			Env: []corev1.EnvVar{{Name: "HOME", Value: homeDir}},

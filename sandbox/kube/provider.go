@@ -106,9 +106,6 @@ func (e *helperExit) Error() string {
 	return fmt.Sprintf("kube: the pod's helper exited %d: %s", e.code, e.stderr)
 }
 
-// killedExit is the exit code exec reports for a process SIGKILLed.
-const killedExit = 128 + int(syscall.SIGKILL)
-
 // maintainEvery is how often the warm pool is topped up and pods of ended
 // sessions are reaped, by every instance.
 const maintainEvery = 30 * time.Second
@@ -390,7 +387,7 @@ func (p *Provider) Run(ctx context.Context, s sandbox.Session, c sandbox.Command
 		return nil, err
 	}
 	lim := c.Limits.WithDefaults()
-	args := []string{"-root", p.cfg.Workspace, "-dir", c.Folder, "-hold",
+	args := []string{"-supervised", "-root", p.cfg.Workspace, "-dir", c.Folder, "-hold",
 		"-timeout", lim.Timeout.String(),
 		"-max-stream", strconv.FormatInt(lim.MaxStream, 10),
 		"-max-combined", strconv.FormatInt(lim.MaxCombined, 10)}
@@ -404,7 +401,6 @@ func (p *Provider) Run(ctx context.Context, s sandbox.Session, c sandbox.Command
 	hold, release := io.Pipe()
 	defer release.Close()
 	var status inpod.RunStatus
-	began := time.Now()
 	err = p.frames(ctx, ws.pod, commandsContainer, p.helper("run", args...), lim.Timeout+p.grace, hold, &status, func(kind byte, payload []byte, _ *inpod.FrameReader) error {
 		switch kind {
 		case inpod.FrameStdout:
@@ -416,19 +412,7 @@ func (p *Provider) Run(ctx context.Context, s sandbox.Session, c sandbox.Command
 	})
 	res := sandbox.Result{ExitCode: status.Exit, Signal: status.Signal, Duration: time.Duration(status.DurationNs)}
 	out.Fill(&res)
-	var exit *helperExit
 	switch {
-	case errors.As(err, &exit) && exit.code == killedExit && ctx.Err() == nil:
-		// The command killed its helper (kill -9 -1 does): in a pod both
-		// are one user in one PID namespace. What it left running ends
-		// here, as the helper would have ended it, and it answers as a
-		// command killed, with what it wrote until then.
-		if kerr := p.killIn(ctx, ws.pod, commandsContainer); kerr != nil {
-			return nil, kerr
-		}
-		res.ExitCode, res.Signal, res.Duration = -1, "killed", time.Since(began)
-		res.Stderr = append(res.Stderr, "atelier: the command ended the helper that ran it, and so itself\n"...)
-		return &res, nil
 	case ctx.Err() != nil:
 		return nil, &sandbox.RunError{Kind: sandbox.Canceled, Partial: res, Err: context.Cause(ctx)}
 	case errors.Is(err, errHelperLate):

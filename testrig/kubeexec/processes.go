@@ -43,10 +43,12 @@ type Processes struct {
 	// their processes): a command's kill -1 reaches its container's
 	// processes alone. Close ends them.
 	PIDNamespaces bool
-	// Init is the command that is each such namespace's 1, as a
-	// container's main process is, which reaps the orphans that come to
-	// it; nil: sleep, which reaps none (they stay zombies).
-	Init []string
+	// Init is the command that is each such namespace's 1, as the
+	// container's main process is, run as its commands are (its user, its
+	// workspace, its environment): what reaps the orphans that come to it
+	// and, in a sandbox pod, runs the commands handed to it. nil: sleep,
+	// which reaps none (they stay zombies).
+	Init func(containerID string) []string
 
 	sent atomic.Int64 // see Sent
 
@@ -66,17 +68,22 @@ func (p *Processes) Close() {
 
 // holder is the host pid of the process that holds the container's PID
 // namespace, started with its first command.
-func (p *Processes) holder(containerID string) (int, error) {
+func (p *Processes) holder(containerID, dir string) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if h, ok := p.holders[containerID]; ok {
 		return h.Pid, nil
 	}
-	argv := p.Init
-	if len(argv) == 0 {
-		argv = []string{"sleep", "infinity"}
+	argv := []string{"sleep", "infinity"}
+	if p.Init != nil {
+		argv = p.Init(containerID)
+	}
+	argv, err := p.confine(containerID, dir, argv)
+	if err != nil {
+		return 0, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir, cmd.Env = dir, p.env()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("kubeexec: a PID namespace for %s: %w", containerID, err)
@@ -107,10 +114,17 @@ func (c counted) Write(b []byte) (int, error) {
 
 var _ streaming.Runtime = (*Processes)(nil)
 
-// drain bounds how long the output of a command that has ended is still
-// read: what a background process keeps writing would otherwise hold the
-// exec open.
+// drain bounds how long a terminal's output is still read once its
+// command has ended: what a background process keeps writing would
+// otherwise hold the exec open.
 const drain = 2 * time.Second
+
+// pipesHeld bounds how long a command's piped output is still read once
+// it has ended. A container runtime reads it until every process that
+// holds it has closed it (the background process that keeps `kubectl
+// exec` waiting), and so does the rig, within a bound that only keeps a
+// broken test from hanging.
+const pipesHeld = 5 * time.Minute
 
 // Exec runs cmd in the container's folder until it ends or ctx does; ctx
 // ending (the client went away) kills the command's process group. A
@@ -128,16 +142,13 @@ func (p *Processes) Exec(ctx context.Context, containerID string, argv []string,
 		return fmt.Errorf("kubeexec: container %s: %w", containerID, err)
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Dir = dir
-	cmd.Env = p.Env
-	if cmd.Env == nil {
-		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	}
+	cmd.Dir, cmd.Env = dir, p.env()
 	// The command's children are in its group (its session, on a TTY), so
 	// ending the group ends what the command started too.
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = drain
+	cmd.WaitDelay = pipesHeld
 	if tty {
+		cmd.WaitDelay = drain
 		err = runTTY(cmd, in, out, resize)
 	} else {
 		if out != nil {
@@ -154,11 +165,34 @@ func (p *Processes) Exec(ctx context.Context, containerID string, argv []string,
 	return exitError(err, tty, out, errOut)
 }
 
+// env is the commands' environment.
+func (p *Processes) env() []string {
+	if p.Env == nil {
+		return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	}
+	return p.Env
+}
+
 // contain wraps argv in what Workspace, UID and PIDNamespaces ask for:
-// util-linux's nsenter (which forks into the PID namespace and waits),
-// unshare and setpriv, each of which execs the next, so the command keeps
-// the process group (or session) it starts with.
+// util-linux's nsenter (which forks into the PID namespace and waits)
+// around confine's.
 func (p *Processes) contain(containerID, dir string, argv []string) ([]string, error) {
+	argv, err := p.confine(containerID, dir, argv)
+	if err != nil || !p.PIDNamespaces {
+		return argv, err
+	}
+	pid, err := p.holder(containerID, dir)
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{"nsenter", "--target", strconv.Itoa(pid), "--pid", "--"}, argv...), nil
+}
+
+// confine wraps argv in unshare and setpriv, each of which execs the
+// next, so the command keeps the process group (or session) it starts
+// with: a mount namespace of its own with the container's /proc and its
+// folder at Workspace, and the container's user.
+func (p *Processes) confine(containerID, dir string, argv []string) ([]string, error) {
 	if p.UID != nil {
 		uid, err := p.UID(containerID)
 		if err != nil {
@@ -177,13 +211,6 @@ func (p *Processes) contain(containerID, dir string, argv []string) ([]string, e
 	if len(steps) > 0 {
 		script := strings.Join(steps, " && ") + ` && shift 2 && exec "$@"`
 		argv = append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", dir, p.Workspace}, argv...)
-	}
-	if p.PIDNamespaces {
-		pid, err := p.holder(containerID)
-		if err != nil {
-			return nil, err
-		}
-		argv = append([]string{"nsenter", "--target", strconv.Itoa(pid), "--pid", "--"}, argv...)
 	}
 	return argv, nil
 }

@@ -3,8 +3,10 @@
 // Kubernetes exec, which can neither signal a process nor bound its time.
 // It runs a command under limits and kills all it started (run), writes a
 // tar stream into the workspace (unpack), reports what changed there
-// (changes), ends every process of the pod (killall) and is the pod's
-// main process, which reaps orphans (idle). It answers in frames
+// (changes), ends every process of the pod (killall) and is each
+// container's main process, which reaps orphans and, in the commands'
+// container, runs each command on the exec stream that run hands it, out
+// of the command's reach (idle -supervise). It answers in frames
 // (WriteFrame), which the server reads with a FrameReader, treating every
 // byte as hostile: the session's code runs as the same user as the
 // helper and may tamper with it.

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -15,13 +16,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// idleVerb is the pod's main process, PID 1 of its container, which runs
-// nothing itself: the kernel hands it every orphan of the pod, which it
-// reaps, and it ends at SIGTERM so that a deleted pod goes at once (PID 1
-// has no default action for it).
+// idleVerb is a container's main process, its PID 1, which runs nothing
+// of its own accord: the kernel hands it every orphan of the container,
+// which it reaps. Plain, it ends at SIGTERM, so that a deleted pod goes at
+// once (PID 1 has no default action for it). With -supervise it is the
+// commands' container's: it runs the commands the exec'd helpers hand it
+// (see supervisor) and no catchable signal ends it, since the commands
+// may send it any; a deleted pod's runtime kills it after the pod's grace.
 func idleVerb(args []string, stderr io.Writer) error {
 	flags := flag.NewFlagSet("idle", flag.ContinueOnError)
 	flags.SetOutput(stderr)
+	supervise := flags.Bool("supervise", false, "run the commands that run -supervised hands over")
 	if err := flags.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadArgs, err)
 	}
@@ -30,19 +35,44 @@ func idleVerb(args []string, stderr io.Writer) error {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("inpod: idle: become a subreaper: %w", err)
 	}
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
-	// The pod's log says it is up; from here SIGTERM ends it cleanly.
-	fmt.Fprintln(stderr, "atelier sandbox-pod: idle, commands come by exec")
-	for {
+	sigs := make(chan os.Signal, 64)
+	ends := map[os.Signal]bool{syscall.SIGTERM: true, syscall.SIGINT: true}
+	reap := func() {
 		for {
-			pid, err := unix.Wait4(-1, nil, unix.WNOHANG, nil)
-			if pid <= 0 || err != nil {
-				break
+			if pid, err := unix.Wait4(-1, nil, unix.WNOHANG, nil); pid <= 0 || err != nil {
+				return
 			}
 		}
-		if sig := <-sigs; sig != syscall.SIGCHLD {
+	}
+	if *supervise {
+		name, err := supervisorSocket()
+		if err != nil {
+			return err
+		}
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+		if err != nil {
+			return fmt.Errorf("inpod: idle: listen for commands: %w", err)
+		}
+		defer l.Close()
+		// Notified, not ignored: an ignored signal would stay ignored in
+		// the commands it starts.
+		signal.Notify(sigs, catchable()...)
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			return fmt.Errorf("inpod: idle: %w", err)
+		}
+		ends = nil
+		sup := &supervisor{}
+		reap = sup.reap
+		go sup.serve(l)
+	} else {
+		signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT)
+	}
+	defer signal.Stop(sigs)
+	// The pod's log says it is up; from here the signals above are its.
+	fmt.Fprintln(stderr, "atelier sandbox-pod: idle, commands come by exec")
+	for {
+		reap()
+		if sig := <-sigs; ends[sig] {
 			return nil
 		}
 	}

@@ -32,6 +32,7 @@ type runOptions struct {
 	maxStream, maxCombined int64
 	tail                   bool
 	hold                   bool
+	supervised             bool
 	argv                   []string
 }
 
@@ -46,6 +47,7 @@ func parseRun(args []string, stderr io.Writer) (runOptions, error) {
 	flags.Int64Var(&o.maxCombined, "max-combined", 0, "bytes of both streams (0: no bound)")
 	flags.BoolVar(&o.tail, "tail", false, "carry on past the bounds, marking the streams truncated")
 	flags.BoolVar(&o.hold, "hold", false, "end the command when the input ends (the server holds it open while it waits)")
+	flags.BoolVar(&o.supervised, "supervised", false, "hand the command to the container's main process (idle -supervise), out of its reach")
 	if err := flags.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %v", ErrBadArgs, err)
 	}
@@ -69,6 +71,13 @@ func runVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.supervised {
+		// A pod whose main process does not supervise (made by an
+		// earlier version of the server) runs the command here, as then.
+		if err := runSupervised(args); !errors.Is(err, syscall.ECONNREFUSED) {
+			return err
+		}
+	}
 	// What the command daemonizes (double fork, setsid) is reparented to
 	// the helper rather than to the pod's init, so the kill below finds
 	// it among the helper's descendants.
@@ -81,7 +90,7 @@ func runVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	// ignored in the command.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	fw := newFrameWriter(stdout, true)
-	st := runCommand(o, stdin, fw)
+	st := runCommand(o, stdin, fw, nil)
 	if err := fw.json(FrameStatus, st); err != nil {
 		return err
 	}
@@ -89,8 +98,10 @@ func runVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 }
 
 // runCommand runs o.argv, forwarding its output to fw, and returns once
-// every process it started is dead.
-func runCommand(o runOptions, stdin io.Reader, fw *frameWriter) RunStatus {
+// every process it started is dead. Under a supervisor (the container's
+// main process) it leaves the command's main process to it to spare from
+// its reaping, and the signals to it to ignore.
+func runCommand(o runOptions, stdin io.Reader, fw *frameWriter, sup *supervisor) RunStatus {
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return RunStatus{Exit: -1, Error: fmt.Sprintf("inpod: run: pipe: %v", err)}
@@ -109,7 +120,11 @@ func runCommand(o runOptions, stdin io.Reader, fw *frameWriter) RunStatus {
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
-	err = cmd.Start()
+	if sup != nil {
+		err = sup.start(cmd)
+	} else {
+		err = cmd.Start()
+	}
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -120,8 +135,10 @@ func runCommand(o runOptions, stdin io.Reader, fw *frameWriter) RunStatus {
 	var stopOnce sync.Once
 	halt := func() { stopOnce.Do(func() { close(stop) }) }
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
+	if sup == nil {
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+		defer signal.Stop(sigs)
+	}
 	if o.hold {
 		// Kubernetes exec tells the helper of a server gone by closing its
 		// input, even when the command is silent and no write can fail.
@@ -138,7 +155,13 @@ func runCommand(o runOptions, stdin io.Reader, fw *frameWriter) RunStatus {
 	go func() { defer readers.Done(); forward(errR, FrameStderr, 1, c, fw, halt) }()
 
 	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	go func() {
+		_ = cmd.Wait()
+		if sup != nil {
+			sup.waited()
+		}
+		close(exited)
+	}()
 
 	var st RunStatus
 	timer := time.NewTimer(o.timeout)

@@ -1,0 +1,159 @@
+//go:build linux
+
+package inpod
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// container is a PID namespace whose 1 is `idle -supervise`, run as a user
+// other than root, as a pod's commands container is; exec runs a process
+// in it as a runtime's exec does: from outside, so its parent is none the
+// namespace knows.
+type container struct {
+	t      *testing.T
+	helper string
+	main   *exec.Cmd
+}
+
+const podUser = "65534"
+
+func newContainer(t *testing.T) *container {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("precondition: a PID namespace and another user need root (CI runs as root)")
+	}
+	for _, tool := range []string{"nsenter", "setpriv", "mount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("precondition: util-linux's %s: %v", tool, err)
+		}
+	}
+	// Outside t.TempDir, whose parent only root may enter.
+	dir, err := os.MkdirTemp("", "supervise-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &container{t: t, helper: filepath.Join(dir, "helper")}
+	if err := copyFile(os.Args[0], c.helper); err != nil {
+		t.Fatal(err)
+	}
+	// /proc shows the namespace, as a container's does; the mount stays
+	// in the namespace's own mount namespace.
+	script := `mount --make-rprivate / && mount -t proc proc /proc && exec setpriv --reuid=` + podUser + ` --regid=` + podUser +
+		` --clear-groups -- "$0" idle -supervise`
+	c.main = exec.Command("sh", "-c", script, c.helper)
+	c.main.Env = append(os.Environ(), helperEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	c.main.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	logged, err := c.main.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.main.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.main.Process.Kill()
+		_ = c.main.Wait()
+	})
+	// It says it is up once it listens.
+	line, err := bufio.NewReader(logged).ReadString('\n')
+	if err != nil || !strings.Contains(line, "idle") {
+		t.Fatalf("the main process's first line: %q %v", line, err)
+	}
+	return c
+}
+
+// exec runs argv in the container as its user, entered from outside.
+func (c *container) exec(argv ...string) (stdout, stderr []byte, err error) {
+	c.t.Helper()
+	args := append([]string{"--target", strconv.Itoa(c.main.Process.Pid), "--pid", "--mount", "--",
+		"setpriv", "--reuid=" + podUser, "--regid=" + podUser, "--clear-groups", "--"}, argv...)
+	cmd := exec.Command("nsenter", args...)
+	cmd.Env = append(os.Environ(), helperEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		c.t.Fatalf("%q did not end", argv)
+	}
+	return out.Bytes(), errOut.Bytes(), err
+}
+
+// run runs a command through run -supervised and returns its frames.
+func (c *container) run(script string) (*frames, RunStatus, error) {
+	c.t.Helper()
+	out, _, err := c.exec(c.helper, "run", "-supervised", "-root", "/", "--", "sh", "-c", script)
+	f := readFrames(c.t, bytes.NewReader(out))
+	var st RunStatus
+	if f.status != nil {
+		f.decodeStatus(c.t, &st)
+	}
+	return f, st, err
+}
+
+// A command that ends every process it may signal (its helper among
+// them, same user, same namespace) still gets its answer: the main
+// process ran it and writes the status, and it ends what the command
+// left running.
+func TestSupervisedCommandOutlivesItsHelper(t *testing.T) {
+	c := newContainer(t)
+	f, st, err := c.run("kill -9 -1; sleep 300 & echo done; exit 3")
+	if f.stdout.String() != "done\n" || st.Exit != 3 || st.Left != 0 {
+		t.Fatalf("answer %q, status %+v (helper: %v)", f.stdout.String(), st, err)
+	}
+	out, _, _ := c.exec("sh", "-c", "cat /proc/[0-9]*/comm")
+	if bytes.Contains(out, []byte("sleep")) {
+		t.Errorf("the command's sleep outlived it:\n%s", out)
+	}
+	// A command's status after it is one of its own again.
+	if f, st, err := c.run("echo again"); err != nil || f.stdout.String() != "again\n" || st.Exit != 0 {
+		t.Fatalf("the next command: %q %+v %v", f.stdout.String(), st, err)
+	}
+}
+
+// The session's code cannot have the main process run a command of its
+// choosing: its processes have a parent in the namespace, and the main
+// process takes hand-overs only from processes exec'd from outside.
+func TestSupervisorRefusesTheSessionsOwnProcesses(t *testing.T) {
+	c := newContainer(t)
+	// The helper started by a shell of the container, as a command would.
+	out, errOut, err := c.exec("sh", "-c", `"$0" run -supervised -root / -- echo smuggled; echo "exit $?"`, c.helper)
+	if bytes.Contains(out, []byte("smuggled")) || !bytes.Contains(errOut, []byte("refused: not a process exec'd")) ||
+		!bytes.Contains(out, []byte("exit 2")) {
+		t.Fatalf("a hand-over from inside: out %q, stderr %q, %v", out, errOut, err)
+	}
+}
+
+// No signal a command may send ends the main process, nor does its user
+// read its memory: the next command runs.
+func TestSupervisorOutlivesSignals(t *testing.T) {
+	c := newContainer(t)
+	_, st, err := c.run(`for s in $(seq 1 31); do kill -$s 1 || exit 1; done
+sleep 0.2; cat /proc/1/environ >/dev/null 2>&1 && exit 4; exit 0`)
+	if err != nil || st.Exit != 0 {
+		t.Fatalf("signals to the main process: %+v %v", st, err)
+	}
+	if f, st, err := c.run("echo alive"); err != nil || f.stdout.String() != "alive\n" || st.Exit != 0 {
+		t.Fatalf("the command after the signals: %q %+v %v", f.stdout.String(), st, err)
+	}
+}
