@@ -167,6 +167,27 @@ func (m *Meter) Settle(ctx context.Context, r *Reservation, start, end time.Time
 	return charged, nil
 }
 
+// Unreserve closes r at nothing, for a command or a shell whose sandbox
+// never came to run it (its checkout, or its pod, could not be made: the
+// cluster out of reach, the host's disk full), and leaves the project's
+// paid tail where it was: no code of the project ran on it. A second
+// settlement of r is ErrSettled, as after Settle.
+func (m *Meter) Unreserve(ctx context.Context, r *Reservation) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	_, err := m.db.SettleSandbox(ctx, r.ID, func(_ models.SandboxReservation, awakeUntil time.Time) (int64, time.Time) {
+		return 0, awakeUntil
+	})
+	if errors.Is(err, models.ErrNotFound) {
+		return fmt.Errorf("meter: unreserve reservation %d: %w", r.ID, ErrSettled)
+	}
+	if err != nil {
+		return fmt.Errorf("meter: unreserve reservation %d: %w", r.ID, err)
+	}
+	m.changed(r.ProjectID)
+	return nil
+}
+
 // SettleAbandoned settles every open reservation whose instance does not
 // live any more (stopped, declared gone, or older than instances), and
 // returns how many it settled; a live instance's reservations, on this

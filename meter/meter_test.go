@@ -209,6 +209,38 @@ func TestZeroRunPaysTheTailOnce(t *testing.T) {
 	}
 }
 
+// A command whose sandbox never ran is charged nothing, and leaves the
+// tail an earlier command paid for where it was.
+func TestUnreserveChargesNothing(t *testing.T) {
+	s, ids := newProjects(t, 1)
+	p := ids[0]
+	c := newClock(t0)
+	m := meter.New(s, meter.DefaultCap, c.Now)
+	ctx := context.Background()
+
+	settle(t, m, reserve(t, m, p, "web-1"), t0, t0.Add(sec(10))) // awake until t0+130 s
+	c.Set(t0.Add(sec(20)))
+	r := reserve(t, m, p, "web-1")
+	if err := m.Unreserve(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if u := usage(t, m, p); u.Used != 130 || u.Reserved != 0 {
+		t.Fatalf("usage %+v: want the first command's 130 s alone, nothing reserved", u)
+	}
+	if err := m.Unreserve(ctx, r); !errors.Is(err, meter.ErrSettled) {
+		t.Fatalf("second Unreserve: %v, want ErrSettled", err)
+	}
+	if _, err := m.Settle(ctx, r, t0, t0); !errors.Is(err, meter.ErrSettled) {
+		t.Fatalf("Settle after Unreserve: %v, want ErrSettled", err)
+	}
+	// The tail is still the first command's: a command at t0+100 s pays
+	// from t0+130 s on.
+	c.Set(t0.Add(sec(100)))
+	if got := settle(t, m, reserve(t, m, p, "web-1"), t0.Add(sec(100)), t0.Add(sec(110))); got != 100 {
+		t.Fatalf("the next command within the tail charged %d s, want 100", got)
+	}
+}
+
 // The month is the UTC calendar month of the reservation: a command reserved
 // late on 31 January (already February on the clock's own zone) that ends in
 // February is charged to January.

@@ -386,7 +386,16 @@ func (c *client) setCheck(id int64, command string) {
 // tree, read from the object store.
 func TestCheckDecidesRelease(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	checkDecidesRelease(t, newHarness(t))
+}
+
+// The same with the check's command in a pod of its own.
+func TestCheckDecidesReleaseInAPod(t *testing.T) {
+	needRoot(t)
+	checkDecidesRelease(t, newHarness(t, onKube(t)))
+}
+
+func checkDecidesRelease(t *testing.T, h *harness) {
 	runPipeline(t, h)
 	owner, id := editable(t, h)
 	owner.setCheck(id, `grep -q good README.md || { echo "README is not good" >&2; exit 3; }`)
@@ -449,7 +458,15 @@ func TestCheckDecidesRelease(t *testing.T) {
 // start verifies it again, and it ends verified or failed.
 func TestVerificationSurvivesRestart(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	verificationSurvivesRestart(t, newHarness(t))
+}
+
+func TestVerificationSurvivesRestartInAPod(t *testing.T) {
+	needRoot(t)
+	verificationSurvivesRestart(t, newHarness(t, onKube(t)))
+}
+
+func verificationSurvivesRestart(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	owner.setCheck(id, "sleep 3; exit 0")
 
@@ -461,6 +478,9 @@ func TestVerificationSurvivesRestart(t *testing.T) {
 	cid := decode[changeJSON](t, owner.submit(base, "")).ChangeID
 	owner.waitChange(id, cid, models.ChangeVerifying)
 	wait.For(t, wait.Long, "the check's command to run", func() bool {
+		if h.cfg.Kube != nil {
+			return sandboxRuns(h, "sleep 3")
+		}
 		for _, pid := range processesWith("sleep\x003") {
 			if fi, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil && fi.Sys().(*syscall.Stat_t).Uid == h.app.Runtime.CheckUID() {
 				return true

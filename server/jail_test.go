@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 
 	"atelier/sandbox"
 	"atelier/testrig/wait"
+
+	"k8s.io/client-go/rest"
 )
 
 // processesWith lists the pids of live processes whose command line holds
@@ -159,6 +162,33 @@ func terminalOutlivesACommand(t *testing.T, h *harness) {
 		t.Error("the terminal's sleep outlived the session")
 	}
 	waitClosed(t, h, term.ID, "the session's end")
+}
+
+// A cluster whose exec cannot be reached keeps the server serving, as a
+// host without a jail does: commands and terminals answer 503
+// cluster_unreachable, never 500, nothing is metered, and editing goes on.
+func TestClusterUnreachableIs503InAPod(t *testing.T) {
+	needRoot(t)
+	h := newHarness(t, onKube(t), func(c *Config) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.kubeRig.rest = &rest.Config{Host: "http://" + l.Addr().String()}
+		l.Close() // nothing listens there now
+	})
+	owner, id := editable(t, h)
+	_, base := owner.session(id)
+	_, res := owner.run(base, "true", "")
+	expectProblem(t, res, http.StatusServiceUnavailable, "cluster_unreachable")
+	_, res = owner.openTerminal(base)
+	expectProblem(t, res, http.StatusServiceUnavailable, "cluster_unreachable")
+	if usage, err := h.app.Meter.Usage(t.Context(), id); err != nil || usage.Reserved != 0 || usage.Used != 0 {
+		t.Errorf("a refused command or shell was metered: %+v %v", usage, err)
+	}
+	if res := owner.put(base, "still.txt", []byte("editing works\n"), nil); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("editing without a cluster: %d", res.StatusCode)
+	}
 }
 
 // A host where the jail cannot be built (here: a read-only path that

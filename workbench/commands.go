@@ -141,9 +141,17 @@ func (r *Runtime) RunCommand(ctx context.Context, session Session, command, fold
 	// The answer waits for the audit row (the history the page reloads
 	// shows the command), not for the settling (r.settles).
 	settled := r.settles.begin(sess.ProjectID)
+	var unrun *sandboxNotRun
+	ran := !errors.As(runErr, &unrun)
 	go func() {
 		defer settled()
-		if _, err := r.sb.Meter.Settle(ctx, reserved, start, end); err != nil {
+		var err error
+		if ran {
+			_, err = r.sb.Meter.Settle(ctx, reserved, start, end)
+		} else {
+			err = r.sb.Meter.Unreserve(ctx, reserved)
+		}
+		if err != nil {
 			r.log.Error("sandbox time not settled", "session", sess.ID, "err", err)
 		}
 	}()
@@ -250,7 +258,7 @@ func (r *Runtime) runInCheckout(ctx context.Context, sess editsession.Identity, 
 	// (its answer: cancelled), not the build halfway.
 	co, err := r.checkoutFor(context.WithoutCancel(ctx), sess, uid)
 	if err != nil {
-		return nil, err
+		return nil, &sandboxNotRun{err}
 	}
 	stages.Checkout = clock.lap()
 	result, err := r.sb.Provider.Run(ctx, co.ref, sandbox.Command{Argv: sandbox.CommandArgv(command), Folder: folder, Output: live,
@@ -292,6 +300,13 @@ func (r *Runtime) runInCheckout(ctx context.Context, sess editsession.Identity, 
 		DurationMS: result.Duration.Milliseconds(), Notes: notes,
 	}, nil
 }
+
+// sandboxNotRun is a command's failure before its sandbox came to run it
+// (its checkout could not be made), which the meter does not charge.
+type sandboxNotRun struct{ err error }
+
+func (e *sandboxNotRun) Error() string { return e.err.Error() }
+func (e *sandboxNotRun) Unwrap() error { return e.err }
 
 // historyLength is how many past commands the page lists.
 const historyLength = 20

@@ -121,7 +121,10 @@ func (s *Shells) OpenShell(ctx context.Context, session Session, slot *terminal.
 	if err != nil {
 		s.log.Warn("no checkout for a shell", "session", sess.ID, "err", err)
 		slot.Release()
-		settle(start)
+		// Nothing of the sandbox ran for it.
+		if err := s.meter.Unreserve(ctx, res); err != nil {
+			s.log.Error("shell time not settled", "session", sess.ID, "err", err)
+		}
 		return nil, err
 	}
 	// Starting until it is a terminal (OpenWith registers it) or has failed.
