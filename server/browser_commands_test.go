@@ -13,7 +13,15 @@ import (
 // exit status and every line.
 func TestBrowserCommandOutputLive(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	browserCommandOutputLive(t, newHarness(t))
+}
+
+func TestBrowserCommandOutputLiveInAPod(t *testing.T) {
+	needRoot(t)
+	browserCommandOutputLive(t, newHarness(t, onKube(t)))
+}
+
+func browserCommandOutputLive(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	s, base := owner.session(id)
 	ctx := browser(t)

@@ -230,7 +230,17 @@ func listenFlaky(t *testing.T, h *harness) *flakynet.Proxy {
 // Enter as ⏎, before they go, and Discard drops them.
 func TestBrowserTerminalOfflineReloadAndDiscard(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t, func(c *Config) { c.Terminals.Heartbeat = time.Second })
+	browserTerminalOfflineReloadAndDiscard(t, newHarness(t, heartbeatEverySecond))
+}
+
+func TestBrowserTerminalOfflineReloadAndDiscardInAPod(t *testing.T) {
+	needRoot(t)
+	browserTerminalOfflineReloadAndDiscard(t, newHarness(t, onKube(t), heartbeatEverySecond))
+}
+
+func heartbeatEverySecond(c *Config) { c.Terminals.Heartbeat = time.Second }
+
+func browserTerminalOfflineReloadAndDiscard(t *testing.T, h *harness) {
 	_, id := editable(t, h)
 	flaky := listenFlaky(t, h)
 	ctx := browser(t)

@@ -383,7 +383,15 @@ func TestBrowserIdleWarning(t *testing.T) {
 // events), sees the text, reloads the page and finds the same scrollback.
 func TestBrowserTerminal(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	browserTerminal(t, newHarness(t))
+}
+
+func TestBrowserTerminalInAPod(t *testing.T) {
+	needRoot(t)
+	browserTerminal(t, newHarness(t, onKube(t)))
+}
+
+func browserTerminal(t *testing.T, h *harness) {
 	_, id := editable(t, h)
 	ctx := browser(t)
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
@@ -465,7 +473,15 @@ func TestBrowserTerminal(t *testing.T) {
 // month's meter; the tree and the changes follow what the command did.
 func TestBrowserCommand(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	browserCommand(t, newHarness(t))
+}
+
+func TestBrowserCommandInAPod(t *testing.T) {
+	needRoot(t)
+	browserCommand(t, newHarness(t, onKube(t)))
+}
+
+func browserCommand(t *testing.T, h *harness) {
 	_, id := editable(t, h)
 	ctx := browser(t)
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
@@ -609,7 +625,15 @@ func TestBrowserOddFileNames(t *testing.T) {
 // reload, over the tab's one live stream.
 func TestBrowserDashboardMeterMoves(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	browserDashboardMeterMoves(t, newHarness(t))
+}
+
+func TestBrowserDashboardMeterMovesInAPod(t *testing.T) {
+	needRoot(t)
+	browserDashboardMeterMoves(t, newHarness(t, onKube(t)))
+}
+
+func browserDashboardMeterMoves(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	h.user("root", true)
 	_, base := owner.session(id)

@@ -17,7 +17,15 @@ const watchedRows = `(document.querySelector("#watch-pane")?.shadowRoot?.querySe
 // when the owner stops sharing; the owner's panel says who watches.
 func TestBrowserWatchASharedTerminal(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	browserWatchASharedTerminal(t, newHarness(t))
+}
+
+func TestBrowserWatchASharedTerminalInAPod(t *testing.T) {
+	needRoot(t)
+	browserWatchASharedTerminal(t, newHarness(t, onKube(t)))
+}
+
+func browserWatchASharedTerminal(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	h.user("bob", false)
 	owner.addMember(id, "bob", "member")

@@ -27,7 +27,15 @@ var inputPosts = regexp.MustCompile(`method=POST path=\S+/terminals/\S+/input st
 // same X-Input-Seq and applied once.
 func TestBrowserTypingAhead(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	browserTypingAhead(t, newHarness(t))
+}
+
+func TestBrowserTypingAheadInAPod(t *testing.T) {
+	needRoot(t)
+	browserTypingAhead(t, newHarness(t, onKube(t)))
+}
+
+func browserTypingAhead(t *testing.T, h *harness) {
 	_, id := editable(t, h)
 	ctx := browser(t)
 	term := openTerminalPage(t, ctx, h.srv.URL, id)
