@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -49,6 +51,58 @@ func TestRunLeavesNothingRunning(t *testing.T) {
 	// At once: Run waits for what it started rather than leaving it to
 	// end on its own later.
 	if left := newGoroutines(before, atelierGoroutines()); len(left) > 0 {
+		t.Fatalf("%d goroutines of Atelier's still ran when Run returned:\n\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+	if strings.Contains(logs.String(), "background loops still run") {
+		t.Fatalf("the shutdown waited out a loop:\n%s", logs)
+	}
+}
+
+// The same with sessions' code in pods: a command runs in one through
+// exec before the stop, and the provider's loops (the warm pool, the
+// reaper) and its exec streams end with Run too.
+func TestRunLeavesNothingRunningInAPod(t *testing.T) {
+	needRoot(t)
+	// The rig's cluster (its exec server, its pods' main processes) is the
+	// test's, started before the goroutines are counted: a block of uids
+	// past startRun's.
+	var rig Config
+	rig.Sandbox.UIDBase, rig.Sandbox.UIDCount = 4_260_000_000, 1_000_000
+	onKube(t)(&rig)
+	// A pod's containers' main processes start with its first exec and
+	// are the rig's until its end, as a cluster's are the kubelet's.
+	mains := "atelier/testrig/kubeexec.(*Processes).holder.func1"
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), goleak.IgnoreAnyFunction(mains))
+	before := atelierGoroutines()
+
+	logs := &logBuffer{}
+	run := startRun(t, slog.NewTextHandler(logs, nil), func(c *Config) { c.Kube, c.kubeRig = rig.Kube, rig.kubeRig })
+	admin, err := liveserver.SignIn(run.base, "admin", liveserver.AdminPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := admin.CreateProject("leaks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var session struct {
+		ID string `json:"id"`
+	}
+	if err := admin.PostJSON("/projects/"+itoa(id)+"/sessions", nil, &session); err != nil || session.ID == "" {
+		t.Fatalf("open a session: %+v %v", session, err)
+	}
+	var out commandJSON
+	if err := admin.PostJSON("/projects/"+itoa(id)+"/sessions/"+session.ID+"/commands", url.Values{"command": {"echo in-a-pod"}}, &out); err != nil || out.Stdout != "in-a-pod\n" {
+		t.Fatalf("a command in a pod: %+v %v", out, err)
+	}
+	admin.HC.CloseIdleConnections()
+
+	if err := run.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	left := newGoroutines(before, atelierGoroutines())
+	left = slices.DeleteFunc(left, func(g string) bool { return strings.Contains(g, mains) })
+	if len(left) > 0 {
 		t.Fatalf("%d goroutines of Atelier's still ran when Run returned:\n\n%s", len(left), strings.Join(left, "\n\n"))
 	}
 	if strings.Contains(logs.String(), "background loops still run") {
