@@ -101,19 +101,27 @@ func podBytes(t *testing.T, h *harness) int64 {
 // fakeCluster is client-go's fake API server, where a pod is running as
 // soon as it is created.
 func fakeCluster(t *testing.T) *dynamicfake.FakeDynamicClient {
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
+	api, err := newFakeCluster()
+	if err != nil {
 		t.Fatal(err)
 	}
+	return api
+}
+
+func newFakeCluster() (*dynamicfake.FakeDynamicClient, error) {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
 	if err := networkingv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	api := dynamicfake.NewSimpleDynamicClient(scheme)
 	api.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		u := a.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured)
 		return false, nil, unstructured.SetNestedField(u.Object, "Running", "status", "phase")
 	})
-	return api
+	return api, nil
 }
 
 // podUIDs gives each pod of the rig a uid and a folder of its own.
