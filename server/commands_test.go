@@ -206,7 +206,19 @@ ln -s README.md link`, "")
 // port, not the other session's checkout.
 func TestCommandsAreConfined(t *testing.T) {
 	needRoot(t)
-	h := newHarness(t)
+	commandsAreConfined(t, newHarness(t))
+}
+
+// The same in a pod, where the other session's checkout is another pod's
+// folder and PID 1 the container's main process. A pod's network is its
+// NetworkPolicy's, which the rig (on the host's network) does not enforce:
+// the policy objects' tests and kube_e2e check it instead.
+func TestCommandsAreConfinedInAPod(t *testing.T) {
+	needRoot(t)
+	commandsAreConfined(t, newHarness(t, onKube(t)))
+}
+
+func commandsAreConfined(t *testing.T, h *harness) {
 	owner, id := editable(t, h)
 	other := h.user("other", false)
 	owner.addMember(id, "other", "admin")
@@ -216,12 +228,19 @@ func TestCommandsAreConfined(t *testing.T) {
 	other.run(otherBase, "echo secret > mine.txt", "")
 
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(h.srv.URL, "http://"))
+	reachServer := "(exec 3<>/dev/tcp/127.0.0.1/" + port + ") 2>/dev/null && echo SERVER-REACHED"
 	otherCheckout := filepath.Join(h.cfg.SandboxDir(), t2.ID, "checkout")
+	if h.cfg.Kube != nil {
+		otherCheckout, reachServer = podCheckout(t, h, t2.ID), ""
+	}
+	if got, err := os.ReadFile(filepath.Join(otherCheckout, "mine.txt")); string(got) != "secret\n" {
+		t.Fatalf("the other session's file: %q %v", got, err)
+	}
 	script := strings.Join([]string{
 		"env | sort",
 		"ls " + h.cfg.DataDir + " && echo DATA-LISTED",
 		"cat " + filepath.Join(otherCheckout, "mine.txt") + " && echo OTHER-READ",
-		"(exec 3<>/dev/tcp/127.0.0.1/" + port + ") 2>/dev/null && echo SERVER-REACHED",
+		reachServer,
 		"cat /proc/1/environ >/dev/null && echo PID1-READ",
 		"true",
 	}, "\n")

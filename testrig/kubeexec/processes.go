@@ -206,7 +206,9 @@ func (p *Processes) confine(containerID, dir string, argv []string) ([]string, e
 		steps = append(steps, "mount -t proc proc /proc")
 	}
 	if p.Workspace != "" {
-		steps = append(steps, `mount --bind -- "$1" "$2" && cd "$2"`)
+		// The shell's cd would pass the rig's own folder on in OLDPWD: a
+		// container starts with its pod's environment alone.
+		steps = append(steps, `mount --bind -- "$1" "$2" && cd "$2" && unset OLDPWD`)
 	}
 	if len(steps) > 0 {
 		script := strings.Join(steps, " && ") + ` && shift 2 && exec "$@"`
