@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -45,15 +44,11 @@ func idleVerb(args []string, stderr io.Writer) error {
 		}
 	}
 	if *supervise {
-		name, err := supervisorSocket()
+		l, err := listenSupervisor()
 		if err != nil {
 			return err
 		}
-		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
-		if err != nil {
-			return fmt.Errorf("inpod: idle: listen for commands: %w", err)
-		}
-		defer l.Close()
+		defer unix.Close(l)
 		// Notified, not ignored: an ignored signal would stay ignored in
 		// the commands it starts.
 		signal.Notify(sigs, catchable()...)

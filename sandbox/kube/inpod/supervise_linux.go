@@ -3,16 +3,17 @@
 package inpod
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -85,21 +86,59 @@ func (s *supervisor) reap() {
 	}
 }
 
-// serve accepts the helpers' hand-overs until l is closed.
-func (s *supervisor) serve(l *net.UnixListener) {
+// listenSupervisor is the supervisor's socket, listening. (Through
+// x/sys, not package net: the helper runs from an init, and importing net
+// would let packages of the server set up before it.)
+func listenSupervisor() (int, error) {
+	name, err := supervisorSocket()
+	if err != nil {
+		return -1, err
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("inpod: idle: socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: name}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("inpod: idle: listen for commands on %s: %w", name, err)
+	}
+	if err := unix.Listen(fd, 16); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("inpod: idle: listen for commands: %w", err)
+	}
+	return fd, nil
+}
+
+// handlers bounds the hand-overs read at once: the session's shells may
+// connect too (they are refused), and each is read for at most
+// handOverWait.
+const (
+	handlers     = 4
+	handOverWait = 2 * time.Second
+)
+
+// serve accepts the helpers' hand-overs on the listening socket lfd.
+func (s *supervisor) serve(lfd int) {
+	slots := make(chan struct{}, handlers)
 	for {
-		conn, err := l.AcceptUnix()
+		slots <- struct{}{}
+		fd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			<-slots
+			if errors.Is(err, unix.EBADF) || errors.Is(err, unix.EINVAL) {
 				return
 			}
 			continue
 		}
-		go s.handle(conn)
+		go func() {
+			defer func() { <-slots }()
+			s.handle(fd)
+		}()
 	}
 }
 
-// handOver is what run -supervised sends with its stream's descriptors.
+// handOver is what run -supervised sends with its stream's descriptors,
+// after their 4-byte length.
 type handOver struct {
 	Args []string `json:"args"` // run's flags and command
 }
@@ -107,38 +146,34 @@ type handOver struct {
 // handOverMax bounds a hand-over's JSON: run's flags and a command line.
 const handOverMax = 1 << 20
 
-// handle runs the command one helper hands over, and tells it once the
-// status is written, or why not.
-func (s *supervisor) handle(conn *net.UnixConn) {
-	defer conn.Close()
-	answer := func(msg string) { _, _ = conn.Write([]byte(msg + "\n")) }
+// handle runs the command one helper hands over on connection fd, and
+// tells it once the status is written, or why not.
+func (s *supervisor) handle(fd int) {
+	defer unix.Close(fd)
+	answer := func(msg string) { _, _ = unix.Write(fd, []byte(msg+"\n")) }
+	tv := unix.NsecToTimeval(int64(handOverWait))
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	// Read before the peer is checked: a socket closed on what it has
 	// not read resets, and the helper would not read why.
-	buf := make([]byte, handOverMax)
-	oob := make([]byte, unix.CmsgSpace(2*4))
-	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
-	files, ferr := receivedFiles(oob[:oobn])
+	msg, files, err := readHandOver(fd)
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
 	var h handOver
-	if err := fromOutside(conn); err != nil {
-		answer("refused: " + err.Error())
+	if perr := fromOutside(fd); perr != nil {
+		answer("refused: " + perr.Error())
 		return
 	}
 	switch {
 	case err != nil:
 		answer("refused: " + err.Error())
 		return
-	case ferr != nil:
-		answer("refused: " + ferr.Error())
-		return
 	case len(files) != 2:
 		answer("refused: a hand-over carries the stream's input and output")
 		return
-	case json.Unmarshal(buf[:n], &h) != nil:
+	case json.Unmarshal(msg, &h) != nil:
 		answer("refused: a hand-over that is not JSON")
 		return
 	}
@@ -175,25 +210,48 @@ func (s *supervisor) handle(conn *net.UnixConn) {
 	answer("")
 }
 
+// readHandOver reads a hand-over: its length and the descriptors that
+// come with it, then its JSON, within handOverMax.
+func readHandOver(fd int) ([]byte, []*os.File, error) {
+	head := make([]byte, 4)
+	oob := make([]byte, unix.CmsgSpace(2*4))
+	n, oobn, _, _, err := unix.Recvmsg(fd, head, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, nil, err
+	}
+	files, err := receivedFiles(oob[:oobn])
+	if err != nil {
+		return nil, files, err
+	}
+	if err := readExactly(fd, head[n:]); err != nil {
+		return nil, files, err
+	}
+	size := binary.BigEndian.Uint32(head)
+	if size > handOverMax {
+		return nil, files, fmt.Errorf("a hand-over of %d bytes", size)
+	}
+	msg := make([]byte, size)
+	return msg, files, readExactly(fd, msg)
+}
+
+// readExactly fills b from the socket fd.
+func readExactly(fd int, b []byte) error {
+	n, err := readFull(fd, b)
+	if err == nil && n < len(b) {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
 // fromOutside refuses any peer but a process exec'd into the container
 // from outside its PID namespace, whose parent is therefore none it
 // knows: the session's code, whatever it starts, has a parent inside
 // (the command, or this process once orphaned), and a process of another
 // container or pod has no pid here at all.
-func fromOutside(conn *net.UnixConn) error {
-	raw, err := conn.SyscallConn()
+func fromOutside(fd int) error {
+	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
 		return err
-	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return err
-	}
-	if credErr != nil {
-		return credErr
 	}
 	if cred.Pid == 0 || int(cred.Uid) != os.Getuid() {
 		return errors.New("not a process of this container")
@@ -238,22 +296,41 @@ func runSupervised(args []string) error {
 	if err != nil {
 		return err
 	}
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: name, Net: "unix"})
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		return fmt.Errorf("inpod: run: socket: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: name}); err != nil {
 		return fmt.Errorf("inpod: run: the container's main process: %w", err)
 	}
-	defer conn.Close()
 	msg, err := json.Marshal(handOver{Args: args})
 	if err != nil {
 		return err
 	}
+	head := binary.BigEndian.AppendUint32(nil, uint32(len(msg)))
 	rights := unix.UnixRights(int(os.Stdin.Fd()), int(os.Stdout.Fd()))
-	if _, _, err := conn.WriteMsgUnix(msg, rights, nil); err != nil {
+	if err := unix.Sendmsg(fd, head, rights, nil, 0); err != nil {
 		return fmt.Errorf("inpod: run: hand over: %w", err)
 	}
-	reply, err := io.ReadAll(io.LimitReader(conn, 4<<10))
-	if err != nil {
-		return fmt.Errorf("inpod: run: the main process's answer: %w", err)
+	for len(msg) > 0 {
+		n, err := unix.Write(fd, msg)
+		if err != nil {
+			return fmt.Errorf("inpod: run: hand over: %w", err)
+		}
+		msg = msg[n:]
+	}
+	var reply []byte
+	buf := make([]byte, 512)
+	for len(reply) < 4<<10 {
+		n, err := unix.Read(fd, buf)
+		if err != nil {
+			return fmt.Errorf("inpod: run: the main process's answer: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		reply = append(reply, buf[:n]...)
 	}
 	if msg := strings.TrimSpace(string(reply)); msg != "" || len(reply) == 0 {
 		return fmt.Errorf("inpod: run: the container's main process: %q", msg)
