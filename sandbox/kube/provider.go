@@ -542,6 +542,7 @@ type podWalk struct {
 // visitBatch visits the batch the helper asked after, each visit reading
 // through it what it wants, and lets the helper go on.
 func (w *podWalk) visitBatch(fr *inpod.FrameReader) error {
+	var passed []string // folders passed over
 	for i, e := range w.batch {
 		// Met whether visited or below a folder passed over: the next
 		// walk meets it, unchanged, as a number.
@@ -567,6 +568,12 @@ func (w *podWalk) visitBatch(fr *inpod.FrameReader) error {
 		switch err := w.visit(entry); {
 		case errors.Is(err, fs.SkipDir):
 			w.skipped = e.Path
+			if e.Kind == inpod.KindDir {
+				// The helper walks it no further: a new folder the
+				// capture passes over (the session's paths full) costs
+				// the rest of its batch, not its whole tree.
+				passed = append(passed, e.Path)
+			}
 		case errors.Is(err, fs.SkipAll):
 			return errWalkStopped
 		case err != nil:
@@ -575,7 +582,11 @@ func (w *podWalk) visitBatch(fr *inpod.FrameReader) error {
 	}
 	w.batch, w.held = w.batch[:0], 0
 	w.asks++
-	_, err := io.WriteString(w.requests, inpod.AskGoOn+"\n")
+	var requests []byte
+	for _, p := range passed {
+		requests = append(strconv.AppendQuote(append(requests, inpod.AskSkip...), p), '\n')
+	}
+	_, err := w.requests.Write(append(requests, inpod.AskGoOn+"\n"...))
 	return err
 }
 

@@ -55,7 +55,7 @@ func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	fw := newFrameWriter(stdout, false)
 	in := bufio.NewScanner(stdin)
 	in.Buffer(make([]byte, 64<<10), manifestLineMax)
-	w := &walker{opt: o, fw: fw, in: in, budget: o.maxBytes, seen: map[string]bool{}, closed: map[string]bool{}, rootfd: -1}
+	w := &walker{opt: o, fw: fw, in: in, budget: o.maxBytes, seen: map[string]bool{}, closed: map[string]bool{}, pruned: map[string]bool{}, rootfd: -1}
 	defer func() {
 		if w.rootfd >= 0 {
 			unix.Close(w.rootfd)
@@ -148,6 +148,7 @@ type walker struct {
 	known    map[string]knownFile // files the server has met as they are: named by number
 	seen     map[string]bool      // manifest paths met
 	closed   map[string]bool      // folders not entered: what the manifest has below them is unknown
+	pruned   map[string]bool      // folders the server passed over (AskSkip): the walk goes no further below them
 	rootfd   int                  // the root, which requests' paths are beneath
 	batch    []Entry              // the entries since the last ask, which requests name by position
 	held     int                  // the batch's bytes of paths and link targets
@@ -180,7 +181,7 @@ func (w *walker) walk() error {
 func (w *walker) folder(fd int, rel string, depth int) error {
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
-	for {
+	for !w.prunedAt(rel) {
 		names, err := f.Readdirnames(256)
 		for _, name := range names {
 			if err := w.entry(fd, rel, name, depth+1); err != nil {
@@ -194,6 +195,7 @@ func (w *walker) folder(fd int, rel string, depth int) error {
 			return fmt.Errorf("inpod: changes: read folder %q: %w", rel, err)
 		}
 	}
+	return nil
 }
 
 func (w *walker) entry(dirfd int, dir, name string, depth int) error {
@@ -202,6 +204,9 @@ func (w *walker) entry(dirfd int, dir, name string, depth int) error {
 		return nil
 	}
 	rel := path.Join(dir, name)
+	if w.prunedAt(dir) {
+		return nil
+	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		if errors.Is(err, unix.ENOENT) {
@@ -421,6 +426,17 @@ func (w *walker) ask() error {
 			w.batch, w.held = w.batch[:0], 0
 			return nil
 		}
+		if quoted, ok := strings.CutPrefix(line, AskSkip); ok {
+			p, err := strconv.Unquote(quoted)
+			if err == nil {
+				p, err = cleanRel(p)
+			}
+			if err != nil || p == "." {
+				return fmt.Errorf("%w: changes: request %.40q", ErrBadArgs, line)
+			}
+			w.pruned[p], w.closed[p] = true, true
+			continue
+		}
 		n, err := strconv.Atoi(strings.TrimPrefix(line, AskRead))
 		if !strings.HasPrefix(line, AskRead) || err != nil || n < 0 || n >= len(w.batch) {
 			return fmt.Errorf("%w: changes: request %.40q", ErrBadArgs, line)
@@ -429,6 +445,20 @@ func (w *walker) ask() error {
 			return err
 		}
 	}
+}
+
+// prunedAt says whether the folder dir is, or lies below, one the server
+// passed over.
+func (w *walker) prunedAt(dir string) bool {
+	if len(w.pruned) == 0 {
+		return false
+	}
+	for d := dir; d != "" && d != "." && d != "/"; d = path.Dir(d) {
+		if w.pruned[d] {
+			return true
+		}
+	}
+	return false
 }
 
 // answer sends e, the answer to a request, and content when not nil.

@@ -52,6 +52,14 @@ func changesOf(t *testing.T, root string, sections [][]Entry, flags ...string) (
 // their content to f.content, by path.
 func changesReading(t *testing.T, root string, sections [][]Entry, read func(Entry) bool, flags ...string) (*frames, ChangesStatus) {
 	t.Helper()
+	return changesAsked(t, root, sections, read, nil, flags...)
+}
+
+// changesAsked is changesReading that, at each ask, also passes over the
+// folders of the batch that skip says (AskSkip), as a capture's visit
+// does with SkipDir.
+func changesAsked(t *testing.T, root string, sections [][]Entry, read, skip func(Entry) bool, flags ...string) (*frames, ChangesStatus) {
+	t.Helper()
 	in, feed := io.Pipe()
 	out, outw := io.Pipe()
 	var errb bytes.Buffer
@@ -133,6 +141,11 @@ func changesReading(t *testing.T, root string, sections [][]Entry, read func(Ent
 					content = append(content, p...)
 				}
 				f.content[a.Path] = content
+			}
+			for _, e := range batch {
+				if e.Kind == KindDir && skip != nil && skip(e) {
+					fmt.Fprintf(feed, "%s%q\n", AskSkip, e.Path)
+				}
 			}
 			fmt.Fprintln(feed, AskGoOn)
 			batch = nil
@@ -430,6 +443,53 @@ func TestChangesAskEveryBatch(t *testing.T) {
 		if string(c) != p {
 			t.Errorf("%s holds %q", p, c)
 		}
+	}
+}
+
+// A folder the server passes over is walked no further once it has said
+// so: of a new folder of 5,000 files, only those of the batch the folder
+// came in cross, what follows it is still walked, and the manifest's
+// files below a folder passed over are not reported gone.
+func TestChangesGoNoFurtherBelowAFolderPassedOver(t *testing.T) {
+	root, manifest := base(t, tarEntry{name: "kept/old.txt", body: "old"})
+	if err := os.MkdirAll(filepath.Join(root, "kept", "big"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5000 {
+		if err := os.WriteFile(filepath.Join(root, "kept", "big", strconv.Itoa(i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "zz-after.txt"), []byte("after"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(root, "kept", "old.txt")); err != nil {
+		t.Fatal(err)
+	}
+	// A folder is reported when its kind or mode changes, not its content.
+	if err := os.Chmod(filepath.Join(root, "kept"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	skip := func(e Entry) bool { return e.Path == "kept" }
+	f, _ := changesAsked(t, root, [][]Entry{manifest}, func(Entry) bool { return false }, skip)
+	below, after, gone := 0, false, false
+	for _, e := range f.entries {
+		switch {
+		case strings.HasPrefix(e.Path, "kept/"):
+			below++
+			gone = gone || e.Kind == KindWhiteout
+		case e.Path == "zz-after.txt":
+			after = true
+		}
+	}
+	if below > AskBatch || !after || gone {
+		t.Fatalf("%d entries below the folder passed over (at most %d), the file after it reported %v, a whiteout below it %v",
+			below, AskBatch, after, gone)
+	}
+	// Not passed over, the folder is walked whole, its deletion with it.
+	f, _ = changesAsked(t, root, [][]Entry{manifest}, func(Entry) bool { return false }, nil)
+	if got := byPath(t, f.entries); len(got) < 5000 || got["kept/old.txt"].Kind != KindWhiteout {
+		t.Fatalf("%d entries of a walk that passes over nothing, kept/old.txt %+v", len(got), got["kept/old.txt"])
 	}
 }
 

@@ -112,9 +112,12 @@ type Entry struct {
 // asked (FrameAsk): AskRead and a number reads the file of that frame of
 // the batch (FrameEntry and FrameKnown frames since the last ask, from
 // 0), answered by a FrameEntry of the file as it was read, with its
-// content when the bounds allow; AskGoOn lets the walk go on.
+// content when the bounds allow; AskSkip and a quoted path says the
+// server passed over that folder, so the walk goes no further below it
+// and reports nothing below it gone; AskGoOn lets the walk go on.
 const (
 	AskRead  = "r "
+	AskSkip  = "s "
 	AskGoOn  = "c"
 	AskBatch = 1024 // frames of entries between asks, at most
 	// AskBatchBytes: the helper asks once the batch's paths and link
