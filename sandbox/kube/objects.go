@@ -66,8 +66,10 @@ func MainProcess(cfg Config, container string) []string {
 	return []string{cfg.Helper, inpod.Arg, "idle"}
 }
 
-// podGraceSeconds is short: the pod's main process only waits, and a
-// session's commands are over once its pod is deleted.
+// podGraceSeconds is short: the commands' main process ends at no signal
+// its commands may send, SIGTERM included, so a deleted pod's runtime
+// kills it after the grace; and a session's commands are over once its
+// pod is deleted.
 const podGraceSeconds int64 = 2
 
 // Names of the two NetworkPolicies in the sandbox namespace.
