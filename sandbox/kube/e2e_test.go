@@ -84,6 +84,13 @@ func TestE2ESessionsInPods(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(res.Stdout), "from the base\n") || strings.Contains(string(res.Stdout), "\n0\n") {
 		t.Fatalf("a command: %+v %v", res, err)
 	}
+	// A command that ends every process it may signal, its exec'd helper
+	// among them, still answers: its container's main process runs it and
+	// holds the exec stream's output, which the runtime keeps open.
+	res, err = p.Run(ctx, deny, sandbox.Command{Argv: sandbox.CommandArgv("kill -9 -1; sleep 1; echo done")})
+	if err != nil || string(res.Stdout) != "done\n" || res.ExitCode != 0 {
+		t.Fatalf("a command that kills its helper: %+v %v", res, err)
+	}
 	found := map[string]bool{}
 	if err := p.Changed(ctx, deny, 8, func(e sandbox.Entry) error { found[e.Path] = true; return nil }); err != nil || !found["b.txt"] || found["a.txt"] {
 		t.Fatalf("changed: %v %v", found, err)
