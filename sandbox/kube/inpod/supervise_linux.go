@@ -26,10 +26,10 @@ import (
 // never), so commands run under it: the exec'd helper (run -supervised)
 // hands the main process its exec stream's input and output over a unix
 // socket, and the main process runs the command on them and writes its
-// frames and status there itself. A runtime keeps an exec stream open
-// while any process holds its output (a background process under
-// `kubectl exec` holds it so), so the answer arrives even when the
-// command has ended the helper.
+// frames and status there itself. containerd keeps an exec stream open
+// while any process holds its output (a background process holds
+// `kubectl exec` so), so the answer arrives even when the command has
+// ended the helper; kube_e2e checks a cluster's runtime does.
 
 // supervisorSocket is the abstract unix socket the main process listens
 // on: named by the PID namespace, which it and every exec'd helper of its
