@@ -17,6 +17,9 @@ import (
 const helperEnv = "INPOD_TEST_HELPER"
 
 func TestMain(m *testing.M) {
+	if n := os.Getenv(floodEnv); n != "" {
+		os.Exit(flood(n))
+	}
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}

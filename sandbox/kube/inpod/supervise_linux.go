@@ -109,32 +109,63 @@ func listenSupervisor() (int, error) {
 	return fd, nil
 }
 
-// handlers bounds the hand-overs read at once: the session's shells may
-// connect too (they are refused), and each is read for at most
-// handOverWait.
+// refusers bounds the refusals that say why at once: the session's
+// processes may connect too (a shell's, whenever it likes), and each such
+// connection is read for at most refusalWait before it is told. Past
+// them, one is closed unread. A hand-over from the server's helper is
+// read for at most handOverWait.
 const (
-	handlers     = 4
+	refusers     = 4
+	refusalWait  = 200 * time.Millisecond
 	handOverWait = 2 * time.Second
 )
 
-// serve accepts the helpers' hand-overs on the listening socket lfd.
+// serve accepts connections on the listening socket lfd: the helpers'
+// hand-overs each in a goroutine of its own (the server sends one at a
+// time), anyone else's refused without holding up the next.
 func (s *supervisor) serve(lfd int) {
-	slots := make(chan struct{}, handlers)
+	refusing := make(chan struct{}, refusers)
 	for {
-		slots <- struct{}{}
 		fd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
 		if err != nil {
-			<-slots
 			if errors.Is(err, unix.EBADF) || errors.Is(err, unix.EINVAL) {
 				return
 			}
 			continue
 		}
-		go func() {
-			defer func() { <-slots }()
-			s.handle(fd)
-		}()
+		if err := fromOutside(fd); err != nil {
+			select {
+			case refusing <- struct{}{}:
+				go func() {
+					defer func() { <-refusing }()
+					refuse(fd, err)
+				}()
+			default:
+				unix.Close(fd)
+			}
+			continue
+		}
+		go s.handle(fd)
 	}
+}
+
+// refuse tells a peer why it is refused, once it has read what it sent
+// (a socket closed on what it has not read resets, and the peer would
+// not read why), within refusalWait.
+func refuse(fd int, why error) {
+	defer unix.Close(fd)
+	setReadWait(fd, refusalWait)
+	_, files, _ := readHandOver(fd)
+	for _, f := range files {
+		f.Close()
+	}
+	_, _ = unix.Write(fd, []byte("refused: "+why.Error()+"\n"))
+}
+
+// setReadWait bounds each read from the socket fd.
+func setReadWait(fd int, d time.Duration) {
+	tv := unix.NsecToTimeval(int64(d))
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 }
 
 // handOver is what run -supervised sends with its stream's descriptors,
@@ -146,15 +177,12 @@ type handOver struct {
 // handOverMax bounds a hand-over's JSON: run's flags and a command line.
 const handOverMax = 1 << 20
 
-// handle runs the command one helper hands over on connection fd, and
-// tells it once the status is written, or why not.
+// handle runs the command one helper, exec'd by the server, hands over
+// on connection fd, and tells it once the status is written, or why not.
 func (s *supervisor) handle(fd int) {
 	defer unix.Close(fd)
 	answer := func(msg string) { _, _ = unix.Write(fd, []byte(msg+"\n")) }
-	tv := unix.NsecToTimeval(int64(handOverWait))
-	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	// Read before the peer is checked: a socket closed on what it has
-	// not read resets, and the helper would not read why.
+	setReadWait(fd, handOverWait)
 	msg, files, err := readHandOver(fd)
 	defer func() {
 		for _, f := range files {
@@ -162,10 +190,6 @@ func (s *supervisor) handle(fd int) {
 		}
 	}()
 	var h handOver
-	if perr := fromOutside(fd); perr != nil {
-		answer("refused: " + perr.Error())
-		return
-	}
 	switch {
 	case err != nil:
 		answer("refused: " + err.Error())

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // container is a PID namespace whose 1 is `idle -supervise`, run as a user
@@ -156,4 +158,78 @@ sleep 0.2; cat /proc/1/environ >/dev/null 2>&1 && exit 4; exit 0`)
 	if f, st, err := c.run("echo alive"); err != nil || f.stdout.String() != "alive\n" || st.Exit != 0 {
 		t.Fatalf("the command after the signals: %q %+v %v", f.stdout.String(), st, err)
 	}
+}
+
+// floodEnv makes the test binary a process of the session's that opens
+// that many connections to the container's main process, sends nothing
+// on them and holds them for floodHold.
+const floodEnv = "INPOD_TEST_FLOOD"
+
+const floodHold = 20 * time.Second
+
+func flood(count string) int {
+	n, err := strconv.Atoi(count)
+	name, nerr := supervisorSocket()
+	if err != nil || nerr != nil {
+		return 2
+	}
+	var held []int
+	for range n {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+		if err != nil {
+			break
+		}
+		if unix.Connect(fd, &unix.SockaddrUnix{Name: name}) != nil {
+			unix.Close(fd)
+			continue
+		}
+		held = append(held, fd)
+	}
+	os.WriteFile(os.Getenv("INPOD_TEST_FLOODED"), []byte(strconv.Itoa(len(held))), 0o644)
+	time.Sleep(floodHold)
+	return 0
+}
+
+// The session's processes connecting by the hundred, sending nothing,
+// hold up no command: they are refused as they come, the server's helper
+// is not queued behind them.
+func TestSupervisorIsNotHeldUpByAFlood(t *testing.T) {
+	c := newContainer(t)
+	// Where the flood says how many it holds, which its user may write.
+	flooded := filepath.Join(filepath.Dir(c.helper), "flooded")
+	if err := os.WriteFile(flooded, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(flooded, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.exec("sh", "-c", `INPOD_TEST_FLOODED="$1" INPOD_TEST_FLOOD=500 "$0" >/dev/null 2>&1 &`, c.helper, flooded); err != nil {
+		t.Fatal(err)
+	}
+	var held []byte
+	if !waitFor(func() bool { held, _ = os.ReadFile(flooded); return len(held) > 0 }) {
+		t.Fatal("the flood did not start")
+	}
+	if n, _ := strconv.Atoi(string(held)); n < 100 {
+		t.Fatalf("the flood held %s connections", held)
+	}
+	// Before the flood ends: c.run gives up long before floodHold.
+	began := time.Now()
+	f, st, err := c.run("echo through")
+	if err != nil || f.stdout.String() != "through\n" || st.Exit != 0 {
+		t.Fatalf("a command during the flood: %q %+v %v", f.stdout.String(), st, err)
+	}
+	if late := time.Since(began); late > floodHold/2 {
+		t.Fatalf("the command waited %v, behind the flood", late)
+	}
+}
+
+// waitFor polls cond for up to ten seconds.
+func waitFor(cond func() bool) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return false
 }
