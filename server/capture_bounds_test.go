@@ -260,12 +260,20 @@ func TestCaptureOfManyTinyFilesIsBoundedInAPod(t *testing.T) {
 	// The helper walks no further below a folder the capture passes over
 	// (the session's paths full), so of each such folder only what came
 	// in its batch crosses: 8 MB here, 15.6 MB when it walked them whole.
-	captureOfManyTinyFilesIsBounded(t, h, func(t *testing.T) int64 { return podBytes(t, h) }, 10<<20, 2<<20)
+	owner, base := captureOfManyTinyFilesIsBounded(t, h, func(t *testing.T) int64 { return podBytes(t, h) }, 10<<20, 2<<20)
+	// The 100,000 known files went into the pod as a list of 4 MB with
+	// that command; its main process holds the list, and a command that
+	// changes nothing sends it again by its digest alone.
+	into := podInput(t, h)
+	owner.mustRun(base, "true")
+	if n := podInput(t, h) - into; n > 256<<10 {
+		t.Errorf("a command that changed nothing sent %d bytes into the pod", n)
+	}
 }
 
 // reads counts, as a command runs, what its capture reads: the first
 // command's at most first, the next one's at most next.
-func captureOfManyTinyFilesIsBounded(t *testing.T, h *harness, reads func(*testing.T) int64, first, next int64) {
+func captureOfManyTinyFilesIsBounded(t *testing.T, h *harness, reads func(*testing.T) int64, first, next int64) (*client, string) {
 	owner, id := editable(t, h)
 	_, base := owner.session(id)
 	calls := reads(t)
@@ -294,6 +302,7 @@ for d in range(100):
 	if n := reads(t) - calls; n > next {
 		t.Errorf("the next command read %d: the 100,000 files were read again", n)
 	}
+	return owner, base
 }
 
 // TestCaptureStopsAtItsBudget: a capture that runs out of time records only

@@ -86,6 +86,16 @@ func onKube(t *testing.T) func(*Config) {
 // podRigs holds each onKube cluster's exec runtime, by its kubeAccess.
 var podRigs sync.Map
 
+// podInput is what the pods of h's cluster have read over exec so far.
+func podInput(t *testing.T, h *harness) int64 {
+	t.Helper()
+	p, ok := podRigs.Load(h.cfg.kubeRig)
+	if !ok {
+		t.Fatal("podInput: the harness does not run on the rig's cluster")
+	}
+	return p.(*kubeexec.Processes).Received()
+}
+
 // podBytes is what the pods of h's cluster have sent over exec so far:
 // in a pod, what a capture reads crosses there, and the server's own I/O
 // counters would add the rig's reaped processes to it.

@@ -58,6 +58,9 @@ type OpenSessions func(ctx context.Context, ids []string) (map[string]bool, erro
 type podWorkspace struct {
 	pod      string
 	manifest []byte // JSON lines of inpod.Entry, as unpack reported them
+	// manifestDigest names the manifest's section of changes' input,
+	// once Changed has sent it by digest.
+	manifestDigest string
 	// known are the files an earlier Changed met, as the pod's kernel
 	// reported them: while they stay as they were, the helper names each
 	// by a number rather than sending its entry again. Only Changed,
@@ -71,6 +74,10 @@ var _ sandbox.Provider = (*Provider)(nil)
 // session's code, which may have taken it over.
 const (
 	frameMax = 64 << 10 // any one frame: output chunks are 32 KiB, entries far less
+	// sectionHeldMin is the size from which a section of changes' input
+	// goes by its digest: below it, sending it costs less than the round
+	// trip that asks whether to.
+	sectionHeldMin = 64 << 10
 	// manifestMax bounds the manifest of one workspace, held while the
 	// session lives: some 200,000 files of the base's.
 	manifestMax = 32 << 20
@@ -463,19 +470,45 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 	// The manifest and the known files, each section ended by an empty
 	// line (a stream that cannot close the helper's input, WebSocket v4,
 	// still ends it), then the requests. The known files go by number:
-	// the helper names each one unchanged by its line alone.
-	knownList := slices.Collect(maps.Values(ws.known))
-	sections := bytes.NewBuffer(slices.Clip(ws.manifest))
-	sections.WriteByte('\n')
-	var line []byte
+	// the helper names each one unchanged by its line alone, in the order
+	// of their paths, so that an unchanged list is the same section.
+	knownList := slices.SortedFunc(maps.Values(ws.known), func(a, b inpod.Entry) int { return strings.Compare(a.Path, b.Path) })
+	manifest := append(slices.Clip(ws.manifest), '\n')
+	known := make([]byte, 0, 64*len(knownList)+1)
 	for _, e := range knownList {
-		line = append(inpod.AppendKnown(line[:0], e), '\n')
-		sections.Write(line)
+		known = append(inpod.AppendKnown(known, e), '\n')
 	}
-	sections.WriteByte('\n')
+	known = append(known, '\n')
+	// A large section goes by its digest: the pod's main process may hold
+	// it from the last capture, and the helper's first frame then says
+	// which to send.
+	var digests bool
+	if len(manifest) >= sectionHeldMin {
+		if ws.manifestDigest == "" {
+			ws.manifestDigest = inpod.SectionDigest(manifest)
+		}
+		args, digests = append(args, "-manifest-digest", ws.manifestDigest), true
+	}
+	if len(known) >= sectionHeldMin {
+		args, digests = append(args, "-known-digest", inpod.SectionDigest(known)), true
+	}
 	input, requests := io.Pipe()
 	defer input.CloseWithError(io.ErrClosedPipe) // ends the copy below if the exec did not read it all
-	go func() { sections.WriteTo(requests) }()
+	send := func(need []byte) {
+		go func() {
+			if len(manifest) < sectionHeldMin || bytes.IndexByte(need, 'm') >= 0 {
+				if _, err := requests.Write(manifest); err != nil {
+					return
+				}
+			}
+			if len(known) < sectionHeldMin || bytes.IndexByte(need, 'k') >= 0 {
+				_, _ = requests.Write(known)
+			}
+		}()
+	}
+	if !digests {
+		send(nil)
+	}
 
 	w := &podWalk{visit: visit, requests: requests, met: map[string]inpod.Entry{}}
 	var status inpod.ChangesStatus
@@ -493,6 +526,13 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 				return fmt.Errorf("a known file of no line (%.20q)", payload)
 			}
 			e = knownList[n]
+		case inpod.FrameSections:
+			if !digests || entries > 0 || w.asks > 0 {
+				return errors.New("the helper asked for its sections out of turn")
+			}
+			digests = false // once
+			send(bytes.Clone(payload)) // the reader reuses payload
+			return nil
 		case inpod.FrameAsk:
 			return w.visitBatch(fr)
 		default:

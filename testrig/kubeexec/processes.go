@@ -50,7 +50,7 @@ type Processes struct {
 	// which reaps none (they stay zombies).
 	Init func(containerID string) []string
 
-	sent atomic.Int64 // see Sent
+	sent, received atomic.Int64 // see Sent and Received
 
 	mu      sync.Mutex
 	holders map[string]*os.Process // by container: the 1 of its PID namespace
@@ -99,6 +99,22 @@ func (p *Processes) holder(containerID, dir string) (int, error) {
 // Sent is how many bytes the commands have written to their exec streams'
 // stdout and stderr (not a TTY's): what crossed from the pods.
 func (p *Processes) Sent() int64 { return p.sent.Load() }
+
+// Received is how many bytes the commands have read from their exec
+// streams' stdin (not a TTY's): what crossed into the pods.
+func (p *Processes) Received() int64 { return p.received.Load() }
+
+// countedReader adds what passes through to n.
+type countedReader struct {
+	io.Reader
+	n *atomic.Int64
+}
+
+func (c countedReader) Read(b []byte) (int, error) {
+	k, err := c.Reader.Read(b)
+	c.n.Add(int64(k))
+	return k, err
+}
 
 // counted adds what passes through to n.
 type counted struct {
@@ -156,6 +172,9 @@ func (p *Processes) Exec(ctx context.Context, containerID string, argv []string,
 		}
 		if errOut != nil {
 			errOut = counted{errOut, &p.sent}
+		}
+		if in != nil {
+			in = countedReader{in, &p.received}
 		}
 		err = runPiped(cmd, in, out, errOut)
 	}

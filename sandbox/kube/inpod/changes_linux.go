@@ -4,6 +4,7 @@ package inpod
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -31,6 +32,10 @@ type changesOptions struct {
 	maxDepth, maxEntries int
 	maxFile, maxBytes    int64
 	known                bool
+	// Digests (SHA-256, hex) of the manifest and known sections, when the
+	// server would rather not send them again: the container's main
+	// process may hold them from an earlier capture.
+	manifestDigest, knownDigest string
 }
 
 func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -43,6 +48,8 @@ func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	flags.Int64Var(&o.maxFile, "max-file", 1<<20, "bytes of one file's content sent at most")
 	flags.Int64Var(&o.maxBytes, "max-bytes", 64<<20, "bytes of content sent at most")
 	flags.BoolVar(&o.known, "known", false, "the manifest is followed by the files the server has met as they were")
+	flags.StringVar(&o.manifestDigest, "manifest-digest", "", "the manifest section's SHA-256: sent only when the container's main process does not hold it")
+	flags.StringVar(&o.knownDigest, "known-digest", "", "the known section's SHA-256, likewise")
 	if err := flags.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadArgs, err)
 	}
@@ -61,11 +68,7 @@ func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 			unix.Close(w.rootfd)
 		}
 	}()
-	var err error
-	w.manifest, err = readManifest(in)
-	if err == nil && o.known {
-		w.known, err = readKnown(in)
-	}
+	err := w.readSections(in)
 	if err == nil {
 		err = w.walk()
 	}
@@ -81,13 +84,66 @@ func changesVerb(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	return fw.flush()
 }
 
+// readSections reads the manifest and, with -known, the known files:
+// from the container's main process when it holds a section by its
+// digest, else from the server's input, which it then hands the main
+// process for the next capture (once its digest matches). With digests,
+// the first frame tells the server which sections to send.
+func (w *walker) readSections(in *bufio.Scanner) error {
+	var held [2][]byte
+	if w.opt.manifestDigest != "" || w.opt.knownDigest != "" {
+		var need []byte
+		if held[0] = heldSection(w.opt.manifestDigest); held[0] == nil && w.opt.manifestDigest != "" {
+			need = append(need, 'm')
+		}
+		if w.opt.known {
+			if held[1] = heldSection(w.opt.knownDigest); held[1] == nil && w.opt.knownDigest != "" {
+				need = append(need, 'k')
+			}
+		}
+		if err := w.fw.frame(FrameSections, need); err != nil {
+			return err
+		}
+		if err := w.fw.flush(); err != nil {
+			return err
+		}
+	}
+	var err error
+	w.manifest, err = readSection(in, held[0], w.opt.manifestDigest, readManifest)
+	if err == nil && w.opt.known {
+		w.known, err = readSection(in, held[1], w.opt.knownDigest, readKnown)
+	}
+	return err
+}
+
+// readSection reads one section with read: from held when the main
+// process held it, else from in, keeping what it read to hand the main
+// process under digest.
+func readSection[T any](in *bufio.Scanner, held []byte, digest string, read func(*bufio.Scanner, *bytes.Buffer) (T, error)) (T, error) {
+	if held != nil {
+		sc := bufio.NewScanner(bytes.NewReader(held))
+		sc.Buffer(make([]byte, 64<<10), manifestLineMax)
+		return read(sc, nil)
+	}
+	var raw *bytes.Buffer
+	if digest != "" {
+		raw = new(bytes.Buffer)
+	}
+	v, err := read(in, raw)
+	if err == nil && raw != nil && SectionDigest(raw.Bytes()) == digest {
+		holdSection(digest, raw.Bytes())
+	}
+	return v, err
+}
+
 // readManifest reads a section of the server's input, JSON lines of
 // Entry, up to the end of the input or an empty line: a server that
 // cannot close the helper's input (Kubernetes exec over WebSocket v4)
-// ends it so.
-func readManifest(sc *bufio.Scanner) (map[string]Entry, error) {
+// ends it so. raw, when not nil, gets the section's bytes.
+func readManifest(sc *bufio.Scanner, raw *bytes.Buffer) (map[string]Entry, error) {
 	m := make(map[string]Entry)
 	for sc.Scan() {
+		keep(raw, sc.Bytes())
 		if len(sc.Bytes()) == 0 {
 			return m, nil
 		}
@@ -111,11 +167,20 @@ type knownFile struct {
 	line int
 }
 
+// keep appends a section's line to raw.
+func keep(raw *bytes.Buffer, line []byte) {
+	if raw != nil {
+		raw.Write(line)
+		raw.WriteByte('\n')
+	}
+}
+
 // readKnown reads the known section (lines of AppendKnown): files the
 // server has met as they were, by their number in it.
-func readKnown(sc *bufio.Scanner) (map[string]knownFile, error) {
+func readKnown(sc *bufio.Scanner, raw *bytes.Buffer) (map[string]knownFile, error) {
 	m := make(map[string]knownFile)
 	for line := 0; sc.Scan(); line++ {
+		keep(raw, sc.Bytes())
 		if len(sc.Bytes()) == 0 {
 			return m, nil
 		}

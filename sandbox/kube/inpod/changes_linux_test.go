@@ -113,6 +113,8 @@ func changesAsked(t *testing.T, root string, sections [][]Entry, read, skip func
 				t.Fatalf("known line %q", p)
 			}
 			batch = append(batch, sections[1][n])
+		case FrameSections:
+			f.need = string(p)
 		case FrameAsk:
 			f.asks++
 			for i, e := range batch {
@@ -490,6 +492,48 @@ func TestChangesGoNoFurtherBelowAFolderPassedOver(t *testing.T) {
 	f, _ = changesAsked(t, root, [][]Entry{manifest}, func(Entry) bool { return false }, nil)
 	if got := byPath(t, f.entries); len(got) < 5000 || got["kept/old.txt"].Kind != KindWhiteout {
 		t.Fatalf("%d entries of a walk that passes over nothing, kept/old.txt %+v", len(got), got["kept/old.txt"])
+	}
+}
+
+// Given digests of its sections and no main process that holds them,
+// changes says first that it needs both, reads them from its input, and
+// walks as without digests.
+func TestChangesAskForTheSectionsTheyLack(t *testing.T) {
+	root, manifest := base(t, tarEntry{name: "a.txt", body: "a"})
+	if err := os.WriteFile(filepath.Join(root, "b.txt"), []byte("b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sections := [][]Entry{manifest, nil}
+	f, _ := changesOf(t, root, sections, "-known", "-manifest-digest", strings.Repeat("ab", 32), "-known-digest", strings.Repeat("cd", 32))
+	if f.need != "mk" {
+		t.Fatalf("the first frame asked for %q, want mk", f.need)
+	}
+	if got := byPath(t, f.entries); len(got) != 1 || got["b.txt"].Kind != KindFile {
+		t.Fatalf("entries %+v", f.entries)
+	}
+	// Without digests there is no such frame.
+	if f, _ := changesOf(t, root, sections, "-known"); f.need != "" {
+		t.Fatalf("a frame of sections without digests: %q", f.need)
+	}
+}
+
+// The main process holds the latest two sections within heldMax: a third,
+// or one that would pass the total, lets the oldest go.
+func TestSupervisorHoldsTheLatestSections(t *testing.T) {
+	var s supervisor
+	s.hold("a", []byte("first"))
+	s.hold("b", []byte("second"))
+	s.hold("c", []byte("third"))
+	if s.holding("a") != nil || string(s.holding("b")) != "second" || string(s.holding("c")) != "third" {
+		t.Fatalf("held after three: %q %q %q", s.holding("a"), s.holding("b"), s.holding("c"))
+	}
+	s.hold("big", make([]byte, heldMax-2))
+	if s.holding("b") != nil || s.holding("c") != nil || len(s.holding("big")) != heldMax-2 {
+		t.Fatal("a section that fills the bound did not let the others go")
+	}
+	s.hold("huge", make([]byte, heldMax+1))
+	if s.holding("huge") != nil || s.holding("big") != nil {
+		t.Fatal("a section past the bound is held")
 	}
 }
 

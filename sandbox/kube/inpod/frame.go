@@ -22,8 +22,13 @@ const (
 	FrameKnown byte = 'k'
 	// FrameAsk ends a batch of changes' entries: the helper waits for the
 	// server's requests (AskRead, AskGoOn).
-	FrameAsk    byte = 'a'
-	FrameStatus byte = 's' // the verb's final status, as JSON
+	FrameAsk byte = 'a'
+	// FrameSections is changes' first frame when it was given digests of
+	// its input's sections: it names those the server must still send,
+	// 'm' for the manifest and 'k' for the known files, the others being
+	// held by the container's main process from an earlier capture.
+	FrameSections byte = 'h'
+	FrameStatus   byte = 's' // the verb's final status, as JSON
 )
 
 // MaxChunk is the most an output or content frame carries, so the server

@@ -18,6 +18,8 @@
 package inpod
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -245,4 +247,12 @@ func ParseKnown(line string) (Entry, error) {
 	}
 	e.Ino, e.CtimeNs, e.Size, e.Mode, e.Path = ino, ctime, size, uint32(mode), name
 	return e, nil
+}
+
+// SectionDigest names a section of changes' input (-manifest-digest,
+// -known-digest): the SHA-256, in hex, of its bytes, its ending empty
+// line included.
+func SectionDigest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

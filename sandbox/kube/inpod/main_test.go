@@ -35,6 +35,7 @@ type frames struct {
 	known            []string          // the payloads of FrameKnown: lines of the known section
 	answers          map[string]Entry  // changes' answers to AskRead, by path
 	asks             int               // FrameAsk frames
+	need             string            // changes' FrameSections: the sections it asked for
 	outBytes         int64             // changes' output, all of it
 	status           []byte
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,11 +49,54 @@ func supervisorSocket() (string, error) {
 // the container but the main process of the command it runs, whose
 // status the command's own Wait collects.
 type supervisor struct {
-	log io.Writer
-
 	mu    sync.Mutex // held across a command's start, so reap sees its pid spared
 	spare int        // the running command's main process, while it has not been waited for
 	busy  bool
+
+	heldMu sync.Mutex
+	held   []heldBlob // changes' sections from earlier captures, the latest last
+}
+
+// heldBlob is a section of changes' input, named by its digest.
+type heldBlob struct {
+	digest string
+	b      []byte
+}
+
+// What the supervisor holds of changes' input between captures: the
+// manifest and the known files of the latest, within heldMax bytes. It
+// sits in the commands' container's memory, which its limit counts.
+const (
+	heldCount = 2
+	heldMax   = 64 << 20
+)
+
+// hold keeps b under digest, letting the oldest go past the bounds.
+func (s *supervisor) hold(digest string, b []byte) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	s.held = slices.DeleteFunc(s.held, func(h heldBlob) bool { return h.digest == digest })
+	s.held = append(s.held, heldBlob{digest, b})
+	total := 0
+	for _, h := range s.held {
+		total += len(h.b)
+	}
+	for len(s.held) > heldCount || total > heldMax {
+		total -= len(s.held[0].b)
+		s.held = s.held[1:]
+	}
+}
+
+// holding is what is held under digest, or nil.
+func (s *supervisor) holding(digest string) []byte {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	for _, h := range s.held {
+		if h.digest == digest {
+			return h.b
+		}
+	}
+	return nil
 }
 
 // start starts cmd with its pid spared from reap until done.
@@ -171,7 +215,13 @@ func setReadWait(fd int, d time.Duration) {
 // handOver is what run -supervised sends with its stream's descriptors,
 // after their 4-byte length.
 type handOver struct {
-	Args []string `json:"args"` // run's flags and command
+	// Op is "run" (or empty): Args are run's flags and command, and the
+	// stream's descriptors come with it. "hold": a section of changes'
+	// input follows, to keep under Digest. "held": the answer is what
+	// is kept under Digest.
+	Op     string   `json:"op,omitempty"`
+	Args   []string `json:"args,omitempty"`
+	Digest string   `json:"digest,omitempty"`
 }
 
 // handOverMax bounds a hand-over's JSON: run's flags and a command line.
@@ -194,11 +244,23 @@ func (s *supervisor) handle(fd int) {
 	case err != nil:
 		answer("refused: " + err.Error())
 		return
-	case len(files) != 2:
-		answer("refused: a hand-over carries the stream's input and output")
-		return
 	case json.Unmarshal(msg, &h) != nil:
 		answer("refused: a hand-over that is not JSON")
+		return
+	case h.Op == "hold" && len(files) == 0:
+		b, err := readBlob(fd, heldMax)
+		if err != nil {
+			answer("refused: " + err.Error())
+			return
+		}
+		s.hold(h.Digest, b)
+		answer("")
+		return
+	case h.Op == "held" && len(files) == 0:
+		_ = writeBlob(fd, s.holding(h.Digest))
+		return
+	case h.Op != "" && h.Op != "run" || len(files) != 2:
+		answer("refused: a hand-over carries the stream's input and output")
 		return
 	}
 	o, err := parseRun(h.Args, io.Discard)
@@ -267,6 +329,37 @@ func readExactly(fd int, b []byte) error {
 	return err
 }
 
+// readBlob reads a 4-byte length and that many bytes, at most max.
+func readBlob(fd, max int) ([]byte, error) {
+	head := make([]byte, 4)
+	if err := readExactly(fd, head); err != nil {
+		return nil, err
+	}
+	size := binary.BigEndian.Uint32(head)
+	if int64(size) > int64(max) {
+		return nil, fmt.Errorf("a section of %d bytes", size)
+	}
+	b := make([]byte, size)
+	return b, readExactly(fd, b)
+}
+
+// writeBlob writes b after its 4-byte length.
+func writeBlob(fd int, b []byte) error {
+	return writeAll(fd, append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
+}
+
+// writeAll writes b to the socket fd.
+func writeAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
 // fromOutside refuses any peer but a process exec'd into the container
 // from outside its PID namespace, whose parent is therefore none it
 // knows: the session's code, whatever it starts, has a parent inside
@@ -316,34 +409,81 @@ func receivedFiles(oob []byte) ([]*os.File, error) {
 // the command's status is written. Killed meanwhile (the command's
 // kill -9 -1), it leaves the answer to the main process.
 func runSupervised(args []string) error {
+	fd, err := handTo(handOver{Args: args}, int(os.Stdin.Fd()), int(os.Stdout.Fd()))
+	if err != nil {
+		return fmt.Errorf("inpod: run: %w", err)
+	}
+	defer unix.Close(fd)
+	return readAnswer(fd)
+}
+
+// handTo connects to the container's main process and sends it h with
+// the descriptors fds, answering the connection.
+func handTo(h handOver, fds ...int) (int, error) {
 	name, err := supervisorSocket()
 	if err != nil {
-		return err
+		return -1, err
 	}
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("inpod: run: socket: %w", err)
+		return -1, fmt.Errorf("socket: %w", err)
+	}
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: name}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("the container's main process: %w", err)
+	}
+	msg, err := json.Marshal(h)
+	if err == nil {
+		var rights []byte
+		if len(fds) > 0 {
+			rights = unix.UnixRights(fds...)
+		}
+		err = unix.Sendmsg(fd, binary.BigEndian.AppendUint32(nil, uint32(len(msg))), rights, nil, 0)
+	}
+	if err == nil {
+		err = writeAll(fd, msg)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("hand over: %w", err)
+	}
+	return fd, nil
+}
+
+// heldSection is the section of changes' input the container's main
+// process holds under digest, or nil (none held, or no main process
+// that holds any).
+func heldSection(digest string) []byte {
+	if digest == "" {
+		return nil
+	}
+	fd, err := handTo(handOver{Op: "held", Digest: digest})
+	if err != nil {
+		return nil
 	}
 	defer unix.Close(fd)
-	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: name}); err != nil {
-		return fmt.Errorf("inpod: run: the container's main process: %w", err)
+	b, err := readBlob(fd, heldMax)
+	if err != nil || len(b) == 0 {
+		return nil
 	}
-	msg, err := json.Marshal(handOver{Args: args})
+	return b
+}
+
+// holdSection hands the container's main process b to hold under digest
+// for the next capture, if it will.
+func holdSection(digest string, b []byte) {
+	fd, err := handTo(handOver{Op: "hold", Digest: digest})
 	if err != nil {
-		return err
+		return
 	}
-	head := binary.BigEndian.AppendUint32(nil, uint32(len(msg)))
-	rights := unix.UnixRights(int(os.Stdin.Fd()), int(os.Stdout.Fd()))
-	if err := unix.Sendmsg(fd, head, rights, nil, 0); err != nil {
-		return fmt.Errorf("inpod: run: hand over: %w", err)
+	defer unix.Close(fd)
+	if writeBlob(fd, b) == nil {
+		_ = readAnswer(fd)
 	}
-	for len(msg) > 0 {
-		n, err := unix.Write(fd, msg)
-		if err != nil {
-			return fmt.Errorf("inpod: run: hand over: %w", err)
-		}
-		msg = msg[n:]
-	}
+}
+
+// readAnswer reads the main process's answer line: nil for an empty one.
+func readAnswer(fd int) error {
 	var reply []byte
 	buf := make([]byte, 512)
 	for len(reply) < 4<<10 {
