@@ -530,8 +530,9 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 			if !digests || entries > 0 || w.asks > 0 {
 				return errors.New("the helper asked for its sections out of turn")
 			}
-			digests = false // once
-			send(bytes.Clone(payload)) // the reader reuses payload
+			// Once; the reader reuses payload.
+			digests = false
+			send(bytes.Clone(payload))
 			return nil
 		case inpod.FrameAsk:
 			return w.visitBatch(fr)
