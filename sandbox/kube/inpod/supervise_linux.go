@@ -83,7 +83,7 @@ func (s *supervisor) hold(digest string, b []byte) {
 	}
 	for len(s.held) > heldCount || total > heldMax {
 		total -= len(s.held[0].b)
-		s.held = s.held[1:]
+		s.held = slices.Delete(s.held, 0, 1) // which lets go of its bytes, as [1:] would not
 	}
 }
 
@@ -212,8 +212,9 @@ func setReadWait(fd int, d time.Duration) {
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 }
 
-// handOver is what run -supervised sends with its stream's descriptors,
-// after their 4-byte length.
+// handOver is what an exec'd helper sends the main process, after its
+// 4-byte length: run -supervised with its stream's descriptors, changes
+// to hold or fetch a section of its input.
 type handOver struct {
 	// Op is "run" (or empty): Args are run's flags and command, and the
 	// stream's descriptors come with it. "hold": a section of changes'
@@ -227,8 +228,9 @@ type handOver struct {
 // handOverMax bounds a hand-over's JSON: run's flags and a command line.
 const handOverMax = 1 << 20
 
-// handle runs the command one helper, exec'd by the server, hands over
-// on connection fd, and tells it once the status is written, or why not.
+// handle serves one helper exec'd by the server on connection fd: it
+// runs the command handed over and tells the helper once the status is
+// written (or why not), or holds or answers a section of changes' input.
 func (s *supervisor) handle(fd int) {
 	defer unix.Close(fd)
 	answer := func(msg string) { _, _ = unix.Write(fd, []byte(msg+"\n")) }
