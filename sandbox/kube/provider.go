@@ -56,10 +56,11 @@ type OpenSessions func(ctx context.Context, ids []string) (map[string]bool, erro
 
 // podWorkspace is a session's pod and the manifest of its base.
 type podWorkspace struct {
-	pod      string
-	manifest []byte // JSON lines of inpod.Entry, as unpack reported them
-	// manifestDigest names the manifest's section of changes' input,
-	// once Changed has sent it by digest.
+	pod string
+	// manifest is changes' manifest section: JSON lines of inpod.Entry,
+	// as unpack reported them, and the empty line that ends it.
+	manifest []byte
+	// manifestDigest names it when it goes by digest (sectionHeldMin).
 	manifestDigest string
 	// known are the files an earlier Changed met, as the pod's kernel
 	// reported them: while they stay as they were, the helper names each
@@ -268,8 +269,13 @@ func (p *Provider) Prepare(ctx context.Context, s sandbox.Session, base sandbox.
 	if err != nil {
 		return sandbox.Prepared{}, err
 	}
+	manifest.WriteByte('\n') // the empty line that ends the section
+	ws := &podWorkspace{pod: pod, manifest: manifest.Bytes()}
+	if manifest.Len() >= sectionHeldMin {
+		ws.manifestDigest = inpod.SectionDigest(ws.manifest)
+	}
 	p.mu.Lock()
-	p.live[s.ID] = &podWorkspace{pod: pod, manifest: manifest.Bytes()}
+	p.live[s.ID] = ws
 	p.mu.Unlock()
 	return sandbox.Prepared{Fresh: true, Layered: true}, nil
 }
@@ -473,7 +479,6 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 	// the helper names each one unchanged by its line alone, in the order
 	// of their paths, so that an unchanged list is the same section.
 	knownList := slices.SortedFunc(maps.Values(ws.known), func(a, b inpod.Entry) int { return strings.Compare(a.Path, b.Path) })
-	manifest := append(slices.Clip(ws.manifest), '\n')
 	known := make([]byte, 0, 64*len(knownList)+1)
 	for _, e := range knownList {
 		known = append(inpod.AppendKnown(known, e), '\n')
@@ -482,26 +487,25 @@ func (p *Provider) Changed(ctx context.Context, s sandbox.Session, maxDepth int,
 	// A large section goes by its digest: the pod's main process may hold
 	// it from the last capture, and the helper's first frame then says
 	// which to send.
-	var digests bool
-	if len(manifest) >= sectionHeldMin {
-		if ws.manifestDigest == "" {
-			ws.manifestDigest = inpod.SectionDigest(manifest)
-		}
-		args, digests = append(args, "-manifest-digest", ws.manifestDigest), true
-	}
+	var knownDigest string
 	if len(known) >= sectionHeldMin {
-		args, digests = append(args, "-known-digest", inpod.SectionDigest(known)), true
+		knownDigest = inpod.SectionDigest(known)
+		args = append(args, "-known-digest", knownDigest)
 	}
+	if ws.manifestDigest != "" {
+		args = append(args, "-manifest-digest", ws.manifestDigest)
+	}
+	digests := knownDigest != "" || ws.manifestDigest != ""
 	input, requests := io.Pipe()
 	defer input.CloseWithError(io.ErrClosedPipe) // ends the copy below if the exec did not read it all
 	send := func(need []byte) {
 		go func() {
-			if len(manifest) < sectionHeldMin || bytes.IndexByte(need, 'm') >= 0 {
-				if _, err := requests.Write(manifest); err != nil {
+			if ws.manifestDigest == "" || bytes.IndexByte(need, 'm') >= 0 {
+				if _, err := requests.Write(ws.manifest); err != nil {
 					return
 				}
 			}
-			if len(known) < sectionHeldMin || bytes.IndexByte(need, 'k') >= 0 {
+			if knownDigest == "" || bytes.IndexByte(need, 'k') >= 0 {
 				_, _ = requests.Write(known)
 			}
 		}()
