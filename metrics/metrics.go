@@ -76,7 +76,7 @@ func New() *Metrics {
 		}),
 		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "atelier_command_stage_seconds",
-			Help: "Where the time of commands that ran to their end went on this instance, by stage: queued (for a slot and the session: its earlier command, or its preparation), reserved (sandbox time), checkout, ran (the sandbox's run), captured (changes read into edits), recorded (the audit row).",
+			Help: "Where the time of commands that ran to their end went on this instance, by stage: queued (for a slot and the session: its earlier command, or its preparation), reserved (sandbox time), checkout, ran (the sandbox's run), captured (changes read into edits), recorded (the audit row, written after the answer).",
 			// A one-shot command's stages take milliseconds; a build's run,
 			// up to the timeout.
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120},

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"atelier/editsession"
+	"atelier/meter"
 	"atelier/models"
 	"atelier/testrig/wait"
 )
@@ -187,7 +188,9 @@ ln -s README.md link`, "")
 		}
 	}
 
-	// The audit has the commands, never their output.
+	// The audit has the commands, never their output; the history waits
+	// for the rows written after the answers.
+	owner.get(base+"/commands", jsonAccept).Body.Close()
 	cmds, err := h.store.SessionCommands(context.Background(), s.ID, 10)
 	if err != nil || len(cmds) != 3 || cmds[2].ExitCode != 3 || !strings.Contains(cmds[2].Command, "cat from-editor.txt") {
 		t.Fatalf("audit %+v %v", cmds, err)
@@ -311,7 +314,10 @@ func commandsAreMetered(t *testing.T, h *harness) {
 // TestTheAnswerDoesNotWaitForTheMeter: a command is answered before its
 // sandbox time is settled (a transaction of several statements), while the
 // history, which shows the project's usage, waits for the settling: the
-// page never reads a reservation its command no longer holds.
+// page never reads a reservation its command no longer holds. The
+// project's next command waits for it only when the month, with what the
+// earlier command still holds, has no room: it is then weighed against
+// what that command used.
 func TestTheAnswerDoesNotWaitForTheMeter(t *testing.T) {
 	needRoot(t)
 	answerDoesNotWaitForTheMeter(t, newHarness(t))
@@ -335,32 +341,121 @@ func answerDoesNotWaitForTheMeter(t *testing.T, h *harness) {
 	if hist := decode[history](t, owner.get(base+"/commands", jsonAccept)); hist.Usage.Reserved != 0 || hist.Usage.Used == 0 {
 		t.Fatalf("after the first command: %+v", hist)
 	}
+	answeredAtOnce := func(command string) {
+		t.Helper()
+		answered := make(chan commandJSON, 1)
+		go func() {
+			out, _ := owner.run(base, command, "")
+			answered <- out
+		}()
+		select {
+		case out := <-answered:
+			if out.ExitCode != 0 {
+				t.Fatalf("%s: %+v", command, out)
+			}
+		case <-time.After(wait.Short.Duration()):
+			t.Fatalf("%s waited for the meter's settling", command)
+		}
+	}
 
-	// The test holds the project's row of its paid tail, which a settling
-	// writes and nothing before it on a command's way does.
-	locked, release := make(chan struct{}), make(chan struct{})
+	release := holdPaidTail(t, h, id)
+	answeredAtOnce("echo answered")
+	answeredAtOnce("echo the month has room")
+	listed := make(chan *http.Response, 1)
+	go func() { listed <- owner.get(base+"/commands", jsonAccept) }()
+	select {
+	case res := <-listed:
+		t.Fatalf("the history answered before the command's time was settled: %d %s", res.StatusCode, readBody(res))
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	hist := decode[history](t, <-listed)
+	if hist.Usage.Reserved != 0 || len(hist.Commands) != 3 {
+		t.Fatalf("the history after the settling: %+v", hist)
+	}
+
+	// A month with room for one more command once the earlier one is
+	// settled, not while it holds its reservation: the next command
+	// waits for that settling, and runs.
+	release = holdPaidTail(t, h, id)
+	answeredAtOnce("echo held")
+	if err := h.store.Exec(context.Background(), "UPDATE projects SET sandbox_monthly_seconds = ? WHERE id = ?", hist.Usage.Used+meter.Chunk+300, id); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan *http.Response, 1)
+	go func() {
+		_, res := owner.run(base, "echo weighed", "")
+		answered <- res
+	}()
+	select {
+	case res := <-answered:
+		t.Fatalf("the command at the cap was answered before the one before it was settled: %d %s", res.StatusCode, readBody(res))
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	if res := <-answered; res.StatusCode != http.StatusOK {
+		t.Fatalf("the command at the cap after the settling: %d %s", res.StatusCode, readBody(res))
+	}
+}
+
+// holdPaidTail holds the project's row of its paid tail, which a settling
+// writes and nothing before it on a command's way does, until release.
+func holdPaidTail(t *testing.T, h *harness, project int64) (release func()) {
+	t.Helper()
+	return holdInTx(t, h.store, `SELECT project_id FROM sandbox_awake WHERE project_id = ? FOR UPDATE`, project)
+}
+
+// holdInTx runs lock in a transaction of its own and holds what it locked
+// until release (or the test's end).
+func holdInTx(t *testing.T, store *models.Store, lock string, args ...any) (release func()) {
+	t.Helper()
+	locked, done := make(chan struct{}), make(chan struct{})
 	held := make(chan error, 1)
 	go func() {
-		held <- h.store.Tx(context.Background(), func(tx *models.Store) error {
-			if err := tx.Exec(context.Background(), `SELECT project_id FROM sandbox_awake WHERE project_id = ? FOR UPDATE`, id); err != nil {
+		held <- store.Tx(context.Background(), func(tx *models.Store) error {
+			if err := tx.Exec(context.Background(), lock, args...); err != nil {
 				return err
 			}
 			close(locked)
-			<-release
+			<-done
 			return nil
 		})
 	}()
-	releaseOnce := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(releaseOnce)
+	release = sync.OnceFunc(func() {
+		close(done)
+		if err := <-held; err != nil {
+			t.Errorf("holding %q: %v", lock, err)
+		}
+	})
+	t.Cleanup(release)
 	select {
 	case <-locked:
 	case err := <-held:
-		t.Fatalf("holding the project's tail: %v", err)
+		held <- err // for release
+		t.Fatalf("holding %q: %v", lock, err)
+	}
+	return release
+}
+
+// TestTheAnswerDoesNotWaitForItsAuditRow: a command is answered before its
+// audit row is written, while the session's history waits for the row,
+// read through either instance: the page that reloads its history on the
+// answer always finds the command there.
+func TestTheAnswerDoesNotWaitForItsAuditRow(t *testing.T) {
+	needRoot(t)
+	a, b, viaA, _, base := clusterOf(t)
+	viaB := b.signIn("owner")
+	type history struct{ Commands []models.SessionCommand }
+	if hist := decode[history](t, viaB.get(base+"/commands", jsonAccept)); len(hist.Commands) != 1 {
+		t.Fatalf("before: %+v", hist)
 	}
 
+	// Inserts into the audit wait while the test holds the table; reads
+	// do not.
+	release := holdInTx(t, a.store, `LOCK TABLE code_session_commands IN SHARE MODE`)
 	answered := make(chan commandJSON, 1)
 	go func() {
-		out, _ := owner.run(base, "echo answered", "")
+		out, _ := viaA.run(base, "echo answered", "")
 		answered <- out
 	}()
 	select {
@@ -369,21 +464,29 @@ func answerDoesNotWaitForTheMeter(t *testing.T, h *harness) {
 			t.Fatalf("the command: %+v", out)
 		}
 	case <-time.After(wait.Short.Duration()):
-		t.Fatal("the answer waited for the meter's settling")
+		t.Fatal("the answer waited for the audit row")
 	}
 	listed := make(chan *http.Response, 1)
-	go func() { listed <- owner.get(base+"/commands", jsonAccept) }()
+	go func() { listed <- viaB.get(base+"/commands", jsonAccept) }()
 	select {
 	case res := <-listed:
-		t.Fatalf("the history answered before the command's time was settled: %d %s", res.StatusCode, readBody(res))
+		t.Fatalf("the history through the other instance answered before the audit row was written: %d %s", res.StatusCode, readBody(res))
 	case <-time.After(300 * time.Millisecond):
 	}
-	releaseOnce()
-	if err := <-held; err != nil {
-		t.Fatal(err)
+	release()
+	hist := decode[history](t, <-listed)
+	if len(hist.Commands) != 2 || hist.Commands[0].Command != "echo answered" {
+		t.Fatalf("the history after the audit row: %+v", hist)
 	}
-	if hist := decode[history](t, <-listed); hist.Usage.Reserved != 0 || len(hist.Commands) != 2 {
-		t.Fatalf("the history after the settling: %+v", hist)
+	// Rows keep the commands' order, each written after its answer.
+	for i := range 5 {
+		viaA.mustRun(base, "echo "+strconv.Itoa(i))
+	}
+	hist = decode[history](t, viaA.get(base+"/commands", jsonAccept))
+	for i, c := range hist.Commands[:5] {
+		if want := "echo " + strconv.Itoa(4-i); c.Command != want {
+			t.Fatalf("row %d of the history is %q, want %q: %+v", i, c.Command, want, hist.Commands)
+		}
 	}
 }
 

@@ -269,6 +269,9 @@ func metricsFollowCommandsSessionsAndStreams(t *testing.T, h *harness) {
 	if res.StatusCode != http.StatusOK || out.ExitCode != 3 {
 		t.Fatalf("run: %d %+v", res.StatusCode, out)
 	}
+	// A command's stages are observed with its audit row, after its
+	// answer; the history waits for that.
+	owner.get(base+"/commands", jsonAccept).Body.Close()
 	after := h.scrape()
 	if v, _ := sample(after, "atelier_edit_sessions_open", nil); v != 1 {
 		t.Errorf("open sessions %v, want 1", v)

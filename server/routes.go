@@ -103,10 +103,12 @@ func (a *App) routes() http.Handler {
 	session.GET("/diff", h(a.edit.Diff))
 	session.POST("/discard", h(a.edit.Discard))
 	session.POST("/keepalive", h(a.edit.Keepalive))
-	// The session's runtime: served by the instance that holds it.
+	// The session's runtime: served by the instance that holds it. Its
+	// history too, which waits for what the holder's commands write after
+	// their answers.
 	toHolder := h(a.edit.ToHolder)
 	session.POST("/commands", toHolder, h(a.edit.RunCommand))
-	session.GET("/commands", h(a.edit.History))
+	session.GET("/commands", toHolder, h(a.edit.History))
 	session.POST("/commands/cancel", toHolder, h(a.edit.CancelCommands))
 	session.GET("/commands/current/stream", toHolder, h(handlers.HoldStream(a.openStreams)), h(a.edit.CommandStream))
 	session.POST("/terminals", toHolder, h(a.edit.OpenTerminal))

@@ -60,11 +60,7 @@ func (r *Runtime) RunCheck(ctx context.Context, p *models.Project, repo *gitsvc.
 		return nil, err
 	}
 
-	// As a command's: against what the project's earlier commands used.
-	if err := r.settles.wait(ctx, p.ID); err != nil {
-		return nil, err
-	}
-	res, err := r.sb.Meter.Reserve(ctx, p.ID, r.sb.Instance)
+	res, err := r.reserve(ctx, p.ID) // as a command's
 	if err != nil {
 		return nil, err
 	}

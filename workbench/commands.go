@@ -69,9 +69,8 @@ type CommandResult struct {
 
 // RunCommand runs command in folder of the session's checkout as the
 // session's user, then turns what it changed into edits. It reserves
-// sandbox time first and settles it once the command is answered (the
-// project's next command and history wait for that), and audits the
-// command before the answer. While it runs, its output streams to
+// sandbox time first, and settles it and audits the command once the
+// command is answered (the session's history waits for those). While it runs, its output streams to
 // whoever follows CommandOutput.
 //
 // Once it has started, the command runs to its end (or its timeout, or
@@ -112,12 +111,7 @@ func (r *Runtime) RunCommand(ctx context.Context, session Session, command, fold
 	ctx = context.WithoutCancel(ctx)
 	stages.Queued = clock.lap()
 
-	// What the project's earlier commands reserved is settled first, so
-	// this reservation is weighed against what they used, not held.
-	if err := r.settles.wait(ctx, sess.ProjectID); err != nil {
-		return nil, err
-	}
-	reserved, err := r.sb.Meter.Reserve(ctx, sess.ProjectID, r.sb.Instance)
+	reserved, err := r.reserve(ctx, sess.ProjectID)
 	if err != nil {
 		return nil, err
 	}
@@ -127,22 +121,74 @@ func (r *Runtime) RunCommand(ctx context.Context, session Session, command, fold
 	// command as it would at a timeout.
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	// Its viewers get the exit event once the answer is ready (the audit
-	// row written), so a page that follows it reads a history that has it.
+	// Its viewers get the exit event with the answer; a page that then
+	// reloads the history finds the command there, as History waits for
+	// the session's audit rows under way.
 	live := r.commands.follow(sess.ID, r.terms.NewOutput())
 	defer func() { live.end(res, err) }()
 	done := r.commands.add(&RunningCommand{SessionID: sess.ID, ProjectID: sess.ProjectID, Project: sess.Project.Name,
 		UserID: sess.UserID, Command: command, Folder: folder, StartedAt: start, cancel: cancel})
 	r.hint(events.TopicCommands)
-	defer r.hint(events.TopicCommands) // after the audit row, or the failure
 	out, runErr := r.runInCheckout(runCtx, sess, uid, command, folder, live.out, &stages, &clock)
 	end := r.now()
 	done()
-	// The answer waits for the audit row (the history the page reloads
-	// shows the command), not for the settling (r.settles).
-	settled := r.settles.begin(sess.ProjectID)
 	var unrun *sandboxNotRun
 	ran := !errors.As(runErr, &unrun)
+	r.settleAfterAnswer(ctx, sess, reserved, ran, start, end)
+	if runErr != nil {
+		r.hint(events.TopicCommands)
+		return nil, runErr
+	}
+	// The session's earlier row is written first (it began before this
+	// command's run, so this wait is all but never felt), keeping the
+	// rows in the commands' order.
+	_ = r.audits.wait(ctx, sess.ID) // ctx does not end: it is the request's without its cancellation
+	audited := r.audits.begin(sess.ID)
+	go func() {
+		defer audited()
+		defer r.hint(events.TopicCommands) // the dashboard lists the row
+		clock := startStopwatch()
+		ctx, cancel := context.WithTimeout(ctx, auditTimeout)
+		defer cancel()
+		err := r.db.AddSessionCommand(ctx, &models.SessionCommand{SessionID: sess.ID, Command: command, Folder: folder,
+			ExitCode: out.ExitCode, Canceled: out.Canceled, DurationMS: out.DurationMS, StartedAt: start})
+		stages.Recorded = clock.lap()
+		if err != nil {
+			r.log.Error("command not audited", "session", sess.ID, "command", command, "err", err)
+		}
+		if r.sb.Observer != nil {
+			r.sb.Observer.CommandRan(out.ExitCode, time.Duration(out.DurationMS)*time.Millisecond, stages)
+		}
+	}()
+	return out, nil
+}
+
+// auditTimeout bounds the writing of a command's audit row, which nobody
+// waits for but the session's history and Close.
+const auditTimeout = 30 * time.Second
+
+// reserve holds sandbox time for a command of project. A month the
+// project's earlier commands still hold, unsettled, may refuse it; it is
+// then asked again once they are settled, so the command is weighed
+// against what they used, not what they held. Only then: a command does
+// not wait for the settling of the one before it when the month has room.
+func (r *Runtime) reserve(ctx context.Context, project int64) (*meter.Reservation, error) {
+	reserved, err := r.sb.Meter.Reserve(ctx, project, r.sb.Instance)
+	if errors.Is(err, meter.ErrCap) && r.settles.busy(project) {
+		if err := r.settles.wait(ctx, project); err != nil {
+			return nil, err
+		}
+		reserved, err = r.sb.Meter.Reserve(ctx, project, r.sb.Instance)
+	}
+	return reserved, err
+}
+
+// settleAfterAnswer settles the command's reservation once it is answered,
+// by what it ran from start to end, or at nothing when its sandbox never
+// came to run it. The project's history waits for it, and its next
+// reservation when the month refuses that (r.settles).
+func (r *Runtime) settleAfterAnswer(ctx context.Context, sess editsession.Identity, reserved *meter.Reservation, ran bool, start, end time.Time) {
+	settled := r.settles.begin(sess.ProjectID)
 	go func() {
 		defer settled()
 		var err error
@@ -155,20 +201,6 @@ func (r *Runtime) RunCommand(ctx context.Context, session Session, command, fold
 			r.log.Error("sandbox time not settled", "session", sess.ID, "err", err)
 		}
 	}()
-	if runErr != nil {
-		return nil, runErr
-	}
-	audit := &models.SessionCommand{SessionID: sess.ID, Command: command, Folder: folder,
-		ExitCode: out.ExitCode, Canceled: out.Canceled, DurationMS: out.DurationMS, StartedAt: start}
-	err = r.db.AddSessionCommand(ctx, audit)
-	stages.Recorded = clock.lap()
-	if r.sb.Observer != nil {
-		r.sb.Observer.CommandRan(out.ExitCode, time.Duration(out.DurationMS)*time.Millisecond, stages)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // CancelCommands stops the commands of sess running on this instance and
@@ -312,9 +344,13 @@ func (e *sandboxNotRun) Unwrap() error { return e.err }
 const historyLength = 20
 
 // History returns the session's latest commands and the project's sandbox
-// time this month.
+// time this month, with what this instance's commands answered already
+// still had to write.
 func (r *Runtime) History(ctx context.Context, session Session) ([]models.SessionCommand, meter.Usage, error) {
 	sess := session.Identity()
+	if err := r.audits.wait(ctx, sess.ID); err != nil {
+		return nil, meter.Usage{}, err
+	}
 	cmds, err := r.db.SessionCommands(ctx, sess.ID, historyLength)
 	if err != nil {
 		return cmds, meter.Usage{}, err

@@ -87,21 +87,22 @@ type Sandboxes struct {
 type CommandObserver interface {
 	// CommandRan is called once per command that ran to its end (a
 	// timeout included), with its exit code, how long it ran and where
-	// its request's time went.
+	// its request's time went, once its audit row is written (after its
+	// answer).
 	CommandRan(exitCode int, took time.Duration, stages CommandStages)
 }
 
 // CommandStages is where a one-shot command's time went on this instance,
-// stage by stage, from RunCommand's start to its audit row: what an
-// operator reads when commands feel slow, and what the bench attributes
-// a command's time by.
+// stage by stage, from RunCommand's start to its audit row (written after
+// the answer): what an operator reads when commands feel slow, and what
+// the bench attributes a command's time by.
 type CommandStages struct {
 	Queued   time.Duration // its slot, and the session's lock: its earlier command, or its preparation ahead (Warm)
 	Reserved time.Duration // the project's earlier settlings, and its own reservation of sandbox time
 	Checkout time.Duration // the session's checkout found or built, and brought up to its edits
 	Ran      time.Duration // the sandbox's run, from its start to every process gone
 	Captured time.Duration // what it changed, read into edits
-	Recorded time.Duration // its audit row
+	Recorded time.Duration // its audit row, written after the answer
 }
 
 // stopwatch times stages one after another on the monotonic clock (r.now
@@ -147,8 +148,10 @@ type Runtime struct {
 	// warms counts them for Close.
 	warming chan struct{}
 	warms   sync.WaitGroup
-	// settles are the meter's settlings of answered commands.
-	settles settles
+	// settles are the meter's settlings of answered commands, by
+	// project; audits their audit rows, by session.
+	settles afterAnswer[int64]
+	audits  afterAnswer[string]
 }
 
 // RuntimeOptions are what a Runtime works with.
@@ -451,8 +454,9 @@ func (r *Runtime) Close(ctx context.Context) error {
 	clear(r.checkouts.live)
 	r.checkouts.mu.Unlock()
 	// Every command has returned (its session's lock, above, or the
-	// server's requests before Close), so every settling has begun.
-	errs = append(errs, r.settles.waitAll(ctx))
+	// server's requests before Close), so every settling and audit row
+	// has begun.
+	errs = append(errs, r.settles.waitAll(ctx), r.audits.waitAll(ctx))
 	errs = append(errs, r.sb.Provider.Close(ctx))
 	return errors.Join(errs...)
 }

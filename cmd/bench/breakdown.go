@@ -120,8 +120,11 @@ const (
 )
 
 // commandStages are the stages the server times a command by
-// (atelier_command_stage_seconds), in its order.
+// (atelier_command_stage_seconds), in its order; the stages from
+// afterTheAnswer on are written after the command is answered.
 var commandStages = [...]string{"queued", "reserved", "checkout", "ran", "captured", "recorded"}
+
+const afterTheAnswer = 5
 
 // stageSeconds is the series of the time spent in a command's stage.
 func stageSeconds(stage string) string {
@@ -259,8 +262,9 @@ func (b *bench) staged(fn func() error) (stages, error) {
 
 // stagesNote says, from the median of the rounds' stages, where what
 // (a command, the command) spent its time in the server. What the stages
-// leave of the handler's time is the session's lookup before them and the
-// answer after.
+// up to its capture leave of the handler's time is the session's lookup
+// before them and the answer after; its audit row is written after the
+// answer, off the handler's time.
 func stagesNote[R any](rounds []R, pick func(R) stages, what string) string {
 	median := func(f func(stages) float64) float64 {
 		fig := make(figure, len(rounds))
@@ -272,12 +276,13 @@ func stagesNote[R any](rounds []R, pick func(R) stages, what string) string {
 	handler := median(func(s stages) float64 { return s.handler })
 	note := fmt.Sprintf("the server's handler takes %s ms of %s (its metrics):", msNum(handler), what)
 	staged := 0.0
-	for i, stage := range commandStages {
+	for i, stage := range commandStages[:afterTheAnswer] {
 		took := median(func(s stages) float64 { return s.stage[i] })
 		staged += took
 		note += fmt.Sprintf(" %s %.1f,", stage, 1000*took)
 	}
-	return note + fmt.Sprintf(" the session's lookup and the answer %.1f ms", 1000*max(handler-staged, 0))
+	recorded := median(func(s stages) float64 { return s.stage[afterTheAnswer] })
+	return note + fmt.Sprintf(" the session's lookup and the answer %.1f ms; after the answer, its audit row %.1f ms", 1000*max(handler-staged, 0), 1000*recorded)
 }
 
 // metrics reads the named series from the server's /metrics; a series the

@@ -7,10 +7,11 @@ import (
 	"time"
 )
 
-// A project's settlings under way hold up its waiters until the last of
-// them ends, and nobody else's; a waiter whose context ends goes.
-func TestSettlesWaitForTheirProject(t *testing.T) {
-	var s settles
+// A key's work under way after its commands' answers holds up its waiters
+// until the last of it ends, and nobody else's; a waiter whose context
+// ends goes.
+func TestAfterAnswerWaitsForItsKey(t *testing.T) {
+	var s afterAnswer[int64]
 	if err := s.wait(t.Context(), 1); err != nil {
 		t.Fatalf("nothing under way: %v", err)
 	}
@@ -25,7 +26,7 @@ func TestSettlesWaitForTheirProject(t *testing.T) {
 	first()
 	select {
 	case err := <-waited:
-		t.Fatalf("the wait ended with a settling still under way: %v", err)
+		t.Fatalf("the wait ended with work still under way: %v", err)
 	case <-time.After(50 * time.Millisecond):
 	}
 	second()
@@ -42,7 +43,7 @@ func TestSettlesWaitForTheirProject(t *testing.T) {
 	go func() { all <- s.waitAll(context.Background()) }()
 	select {
 	case err := <-all:
-		t.Fatalf("Close's wait ended with a settling under way: %v", err)
+		t.Fatalf("Close's wait ended with work under way: %v", err)
 	case <-time.After(50 * time.Millisecond):
 	}
 	end()
@@ -50,9 +51,9 @@ func TestSettlesWaitForTheirProject(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(s.pending) != 0 {
-		t.Fatalf("settlings left: %v", s.pending)
+		t.Fatalf("work left: %v", s.pending)
 	}
-	// Settlings may begin again after Close's wait, which then waits anew.
+	// Work may begin again after Close's wait, which then waits anew.
 	again := s.begin(1)
 	if err := s.waitAll(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled wait for all: %v", err)
