@@ -245,9 +245,17 @@ func (b *bench) staged(fn func() error) (stages, error) {
 	if err := fn(); err != nil {
 		return st, err
 	}
-	after, err := b.metrics(commandSeries()...)
-	if err != nil {
-		return st, err
+	// A command's stages are observed with its audit row, after its
+	// answer: the last one's may come a moment after the answers.
+	var after []float64
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if after, err = b.metrics(commandSeries()...); err != nil {
+			return st, err
+		}
+		answered, staged := after[1]-before[1], after[len(after)-1]-before[len(before)-1]
+		if staged >= answered || time.Now().After(deadline) {
+			break
+		}
 	}
 	if st.handler, _, err = spent(before, after, 0, 1); err != nil {
 		return st, err
