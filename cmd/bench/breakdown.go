@@ -238,24 +238,16 @@ type stages struct {
 // where their time went.
 func (b *bench) staged(fn func() error) (stages, error) {
 	var st stages
-	before, err := b.metrics(commandSeries()...)
+	before, err := b.observedMetrics()
 	if err != nil {
 		return st, err
 	}
 	if err := fn(); err != nil {
 		return st, err
 	}
-	// A command's stages are observed with its audit row, after its
-	// answer: the last one's may come a moment after the answers.
-	var after []float64
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if after, err = b.metrics(commandSeries()...); err != nil {
-			return st, err
-		}
-		answered, staged := after[1]-before[1], after[len(after)-1]-before[len(before)-1]
-		if staged >= answered || time.Now().After(deadline) {
-			break
-		}
+	after, err := b.observedMetrics()
+	if err != nil {
+		return st, err
 	}
 	if st.handler, _, err = spent(before, after, 0, 1); err != nil {
 		return st, err
@@ -266,6 +258,19 @@ func (b *bench) staged(fn func() error) (stages, error) {
 		}
 	}
 	return st, nil
+}
+
+// observedMetrics reads commandSeries once the server has observed the
+// stages of every command it answered: they are observed with a
+// command's audit row, after its answer, and a command answered before a
+// measure whose stages came inside it would count there.
+func (b *bench) observedMetrics() ([]float64, error) {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		m, err := b.metrics(commandSeries()...)
+		if err != nil || m[len(m)-1] >= m[1] || time.Now().After(deadline) {
+			return m, err
+		}
+	}
 }
 
 // stagesNote says, from the median of the rounds' stages, where what
