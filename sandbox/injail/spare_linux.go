@@ -32,7 +32,16 @@ func receiveStdio(ch *os.File) error {
 		return err
 	}
 	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(2*4))
-	n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	// A receive on a socket with a read wait is never resumed after a
+	// signal (the runtime's own preemption among them): it is asked again.
+	var n, oobn int
+	var err error
+	for {
+		n, oobn, _, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -303,7 +303,7 @@ func (s *supervisor) handle(fd int) {
 func readHandOver(fd int) ([]byte, []*os.File, error) {
 	head := make([]byte, 4)
 	oob := make([]byte, unix.CmsgSpace(2*4))
-	n, oobn, _, _, err := unix.Recvmsg(fd, head, oob, unix.MSG_CMSG_CLOEXEC)
+	n, oobn, err := recvmsg(fd, head, oob)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -320,6 +320,19 @@ func readHandOver(fd int) ([]byte, []*os.File, error) {
 	}
 	msg := make([]byte, size)
 	return msg, files, readExactly(fd, msg)
+}
+
+// recvmsg receives into b and oob from the socket fd. A socket with a
+// read wait (setReadWait) is never resumed after a signal, and this
+// process takes every signal, the children's ends among them: an
+// interrupted receive is asked again.
+func recvmsg(fd int, b, oob []byte) (n, oobn int, err error) {
+	for {
+		n, oobn, _, _, err = unix.Recvmsg(fd, b, oob, unix.MSG_CMSG_CLOEXEC)
+		if !errors.Is(err, unix.EINTR) {
+			return n, oobn, err
+		}
+	}
 }
 
 // readExactly fills b from the socket fd.
@@ -490,6 +503,9 @@ func readAnswer(fd int) error {
 	buf := make([]byte, 512)
 	for len(reply) < 4<<10 {
 		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("inpod: run: the main process's answer: %w", err)
 		}

@@ -5,9 +5,12 @@ package inpod
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -232,4 +235,58 @@ func waitFor(cond func() bool) bool {
 		}
 	}
 	return false
+}
+
+// A hand-over is read whole though signals come while the main process
+// waits for it: a socket with a read wait is never resumed after a
+// signal, and the main process takes every one (a child's end each time a
+// command's process goes). An interrupted read refused the helper and
+// closed on what it had sent, so the helper read a reset, not an answer.
+func TestAHandOverIsReadThroughSignals(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	setReadWait(fds[0], time.Minute)
+	// Caught, as the main process catches every signal.
+	caught := make(chan os.Signal, 64)
+	signal.Notify(caught, syscall.SIGUSR1)
+	defer signal.Stop(caught)
+
+	type read struct {
+		msg []byte
+		err error
+	}
+	reader, got := make(chan int, 1), make(chan read, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		reader <- unix.Gettid()
+		msg, files, err := readHandOver(fds[0])
+		for _, f := range files {
+			f.Close()
+		}
+		got <- read{msg, err}
+	}()
+	tid := <-reader
+	for range 20 {
+		if err := unix.Tgkill(os.Getpid(), tid, syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("the read ended before the hand-over came: %q %v", r.msg, r.err)
+	default:
+	}
+	msg := []byte(`{"op":"held","digest":"x"}`)
+	if err := writeAll(fds[1], append(binary.BigEndian.AppendUint32(nil, uint32(len(msg))), msg...)); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r.err != nil || !bytes.Equal(r.msg, msg) {
+		t.Fatalf("the hand-over read %q, %v; want %q", r.msg, r.err, msg)
+	}
 }
