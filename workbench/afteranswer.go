@@ -10,19 +10,20 @@ import (
 // nobody else does. A command's answer waits neither for the meter's
 // settling of its sandbox time (a transaction of several statements;
 // keyed by project: the project's history on this instance waits, and
-// its next reservation when the month refuses it, so nobody here reads or
-// is refused against a reservation its command no longer needs) nor for its audit row (keyed
-// by session: the session's history waits, and its next audit row, so
-// rows keep the commands' order). Close waits for every one. Each ends
-// within its statements' own timeout, and a key has at most those of the
-// commands that ended before its next waiter came.
+// its next reservation when the month refuses it, so nobody here reads
+// or is refused against a reservation its command no longer needs) nor
+// for its audit row (keyed by session: the session's history waits, and
+// its next audit row, so rows keep the commands' order). Close waits for
+// every one. Each ends within its statements' own timeout, and a key has
+// at most those of the commands that ended before its next waiter came.
 type afterAnswer[K comparable] struct {
 	mu      sync.Mutex
 	pending map[K]*underWay
 	all     underWay
 }
 
-// underWay counts the work under way for a key; done closes when the last of them ends.
+// underWay counts the work under way for a key; done closes when the
+// last of it ends.
 type underWay struct {
 	n    int
 	done chan struct{}

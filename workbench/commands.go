@@ -70,8 +70,8 @@ type CommandResult struct {
 // RunCommand runs command in folder of the session's checkout as the
 // session's user, then turns what it changed into edits. It reserves
 // sandbox time first, and settles it and audits the command once the
-// command is answered (the session's history waits for those). While it runs, its output streams to
-// whoever follows CommandOutput.
+// command is answered (the session's history waits for those). While it
+// runs, its output streams to whoever follows CommandOutput.
 //
 // Once it has started, the command runs to its end (or its timeout, or
 // CancelCommands) whether or not ctx ends: a page that reloads follows it
