@@ -756,3 +756,55 @@ func TestBrowserSubmitAndRelease(t *testing.T) {
 		t.Fatalf("release: %v; the page has %s", err, pageState(ctx))
 	}
 }
+
+// The pages' one reader of output events (app.js's atelierStream, which
+// the terminal, watch and command pages share), run in the browser: a
+// text event is a JSON string and nothing else; an out event is base64
+// and nothing else; a character split across out events waits for its
+// last bytes, which finish it whole.
+func TestBrowserReadsOutputEvents(t *testing.T) {
+	h := newHarness(t)
+	ctx := browser(t)
+	if err := do(ctx, chromedp.Navigate(h.srv.URL+"/login"), shows(`form.stack`)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		const s = atelierStream;
+		const euro = [0xe2, 0x82, 0xac];
+		const first = s.bytes(btoa(String.fromCharCode(0x61, euro[0], euro[1])));
+		const whole = s.wholeLength(first);
+		const rest = s.joined(first.slice(whole), s.bytes(btoa(String.fromCharCode(euro[2], 0x62))));
+		return JSON.stringify({
+			text: [s.text('"caf\u00e9\\r"'), s.text("caf"), s.text("1"), s.text('{"a":1}')],
+			bytes: [Array.from(s.bytes("/w==")), s.bytes("not base64!")],
+			split: [whole, new TextDecoder().decode(first.subarray(0, whole)), new TextDecoder().decode(rest), s.wholeLength(rest)],
+			ascii: s.wholeLength(new Uint8Array([0x61, 0x62])),
+			stray: s.wholeLength(new Uint8Array([0x61, 0x80])),
+		});
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read struct {
+		Text  []*string
+		Bytes []any
+		Split []any
+		Ascii int
+		Stray int
+	}
+	if err := json.Unmarshal([]byte(got), &read); err != nil {
+		t.Fatalf("%v: %s", err, got)
+	}
+	if len(read.Text) != 4 || read.Text[0] == nil || *read.Text[0] != "café\r" || read.Text[1] != nil || read.Text[2] != nil || read.Text[3] != nil {
+		t.Errorf("text events read %s, want the string and three nulls", got)
+	}
+	if fmt.Sprint(read.Bytes) != "[[255] <nil>]" {
+		t.Errorf("out events read %v, want [255] and null", read.Bytes)
+	}
+	if fmt.Sprint(read.Split) != "[1 a €b 4]" {
+		t.Errorf("a character split across out events: %v, want 1 byte shown, then the character whole", read.Split)
+	}
+	if read.Ascii != 2 || read.Stray != 2 {
+		t.Errorf("whole lengths of ASCII %d and of a stray continuation byte %d, want 2 and 2", read.Ascii, read.Stray)
+	}
+}

@@ -19,6 +19,64 @@ window.atelierURL = function (base, segments, query) {
   return (url || "/") + (q ? "?" + q : "");
 };
 
+// atelierStream reads the output events of terminals' and commands'
+// streams for the pages that show them (terminal.js, watch.js,
+// session.js): a text event is one JSON string of valid UTF-8 that starts
+// and ends on characters; an out event is base64 of bytes that are not
+// UTF-8, or a character split across events. Data of neither shape never
+// comes from our server, and reads as null.
+window.atelierStream = {
+  text(data) {
+    try {
+      const text = JSON.parse(data);
+      return typeof text === "string" ? text : null;
+    } catch (_) {
+      return null;
+    }
+  },
+
+  // bytes decodes base64 into bytes without ever making text of them:
+  // xterm and TextDecoder decode UTF-8 across events themselves.
+  bytes(data) {
+    let bin;
+    try {
+      bin = atob(data);
+    } catch (_) {
+      return null;
+    }
+    const bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    return bytes;
+  },
+
+  // joined is carry (bytes an earlier event left, or null) and then bytes.
+  joined(carry, bytes) {
+    if (!carry || !carry.length) return bytes;
+    const all = new Uint8Array(carry.length + bytes.length);
+    all.set(carry);
+    all.set(bytes, carry.length);
+    return all;
+  },
+
+  // wholeLength is how many of bytes end on a character boundary: all of
+  // them, unless they end inside a UTF-8 sequence. xterm 6.0.0 decodes
+  // UTF-8 across writes itself, but drops a character whose bytes it got
+  // in two writes with the first ending on a 0x80 continuation byte (an
+  // em dash, curly quotes, an ellipsis...), so the few bytes of a split
+  // character wait for the next event.
+  wholeLength(bytes) {
+    const n = bytes.length;
+    for (let back = 1; back <= 3 && back <= n; back++) {
+      const b = bytes[n - back];
+      if ((b & 0xc0) === 0x80) continue; // a continuation byte
+      if (b < 0xc0) return n; // ASCII (or a stray byte): nothing to wait for
+      const need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : 2;
+      return back < need ? n - back : n;
+    }
+    return n;
+  },
+};
+
 // Every htmx request that fails says so in a toast, with the server's own
 // message (error bodies carry it in .problem h1 and the reason in
 // data-reason), wherever the response was or was not swapped. A toast of

@@ -1110,13 +1110,6 @@
         timer = setInterval(tickRun, 100);
       }
 
-      function bytesOf(b64) {
-        const bin = atob(b64);
-        const out = new Uint8Array(bin.length);
-        for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
-        return out;
-      }
-
       // The page keeps at most this much of a command's output as it
       // streams; the server's ring keeps 1 MiB of it.
       const LIVE_CHARS = 1 << 20;
@@ -1159,13 +1152,8 @@
           };
           es.addEventListener("text", (e) => {
             if (es !== l.source) return;
-            let text;
-            try {
-              text = JSON.parse(e.data);
-            } catch (_) {
-              return; // not a JSON string: never from our server
-            }
-            if (typeof text !== "string") return;
+            const text = atelierStream.text(e.data);
+            if (text === null) return;
             at(e.lastEventId);
             // Text starts on a character: bytes of one an out event left
             // unfinished are a U+FFFD, as decoding all the bytes would make.
@@ -1173,12 +1161,8 @@
           });
           es.addEventListener("out", (e) => {
             if (es !== l.source) return;
-            let bytes;
-            try {
-              bytes = bytesOf(e.data);
-            } catch (_) {
-              return; // not base64: never from our server
-            }
+            const bytes = atelierStream.bytes(e.data);
+            if (!bytes) return;
             at(e.lastEventId);
             append(l.decoder.decode(bytes, { stream: true }));
           });

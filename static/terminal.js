@@ -219,31 +219,12 @@
       return atelierURL(base, action ? ["terminals", id, action] : ["terminals", id], query);
     }
 
-    // base64Bytes decodes base64 into bytes, without ever making text of
-    // them: xterm decodes UTF-8 itself, across events.
+    // base64Bytes decodes what the page stored; it throws on what it did
+    // not store.
     function base64Bytes(data) {
-      const bin = atob(data);
-      const bytes = new Uint8Array(bin.length);
-      for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+      const bytes = atelierStream.bytes(data);
+      if (!bytes) throw new Error("not base64");
       return bytes;
-    }
-
-    // wholeLength returns how many of bytes end on a character boundary:
-    // all of them, unless they end inside a UTF-8 sequence. xterm 6.0.0
-    // decodes UTF-8 across writes itself, but drops a character whose bytes
-    // it got in two writes with the first ending on a 0x80 continuation
-    // byte (an em dash, curly quotes, an ellipsis...), so the few bytes of
-    // a split character wait for the next event. They stay bytes.
-    function wholeLength(bytes) {
-      const n = bytes.length;
-      for (let back = 1; back <= 3 && back <= n; back++) {
-        const b = bytes[n - back];
-        if ((b & 0xc0) === 0x80) continue; // a continuation byte
-        if (b < 0xc0) return n; // ASCII (or a stray byte): nothing to wait for
-        const need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : 2;
-        return back < need ? n - back : n;
-      }
-      return n;
     }
 
     // base64Of encodes bytes for session storage.
@@ -615,21 +596,12 @@
         es.addEventListener("out", (e) => {
           if (es !== this.source) return;
           this.heard();
-          let bytes;
-          try {
-            bytes = base64Bytes(e.data);
-          } catch (_) {
-            return; // not base64: never from our server
-          }
+          let bytes = atelierStream.bytes(e.data);
+          if (!bytes) return;
           this.noteOffset(e.lastEventId);
-          if (this.carry) {
-            const joined = new Uint8Array(this.carry.length + bytes.length);
-            joined.set(this.carry);
-            joined.set(bytes, this.carry.length);
-            bytes = joined;
-            this.carry = null;
-          }
-          const whole = wholeLength(bytes);
+          bytes = atelierStream.joined(this.carry, bytes);
+          this.carry = null;
+          const whole = atelierStream.wholeLength(bytes);
           if (whole < bytes.length) {
             this.carry = bytes.slice(whole);
             bytes = bytes.subarray(0, whole);
@@ -642,13 +614,8 @@
         es.addEventListener("text", (e) => {
           if (es !== this.source) return;
           this.heard();
-          let text;
-          try {
-            text = JSON.parse(e.data);
-          } catch (_) {
-            return; // not a JSON string: never from our server
-          }
-          if (typeof text !== "string") return;
+          const text = atelierStream.text(e.data);
+          if (text === null) return;
           this.noteOffset(e.lastEventId);
           // Text starts on a character, so bytes carried from an out event
           // can never finish theirs: xterm, given them all as bytes,

@@ -42,26 +42,6 @@
     let lastHeard = Date.now();
 
     const note = (text) => term.write("\r\n\x1b[0;2m" + text + "\x1b[0m\r\n");
-    const bytesOf = (data) => {
-      const bin = atob(data);
-      const bytes = new Uint8Array(bin.length);
-      for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-      return bytes;
-    };
-    // cutLength is how many bytes at the end of bytes begin a character
-    // they do not finish. Those wait for the next event: an out event may
-    // finish it (and xterm drops a character it gets in two writes whose
-    // first ends on a 0x80 byte), a text event never does.
-    const cutLength = (bytes) => {
-      const n = bytes.length;
-      for (let back = 1; back <= 3 && back <= n; back++) {
-        const b = bytes[n - back];
-        if ((b & 0xc0) === 0x80) continue; // a continuation byte
-        if (b < 0xc0) return 0;
-        return back < (b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : 2) ? back : 0;
-      }
-      return 0;
-    };
     const heard = (e) => {
       lastHeard = Date.now();
       if (e && e.lastEventId) offset = e.lastEventId;
@@ -92,30 +72,20 @@
         // Text starts on a character, so carried bytes never finish
         // theirs: xterm would drop them, and so does the page.
         carry = null;
-        try {
-          const text = JSON.parse(e.data);
-          if (typeof text === "string") term.write(text);
-        } catch (_) {
-          // not a JSON string: never from our server
-        }
+        const text = atelierStream.text(e.data);
+        if (text !== null) term.write(text);
       });
       es.addEventListener("out", (e) => {
         heard(e);
-        let bytes;
-        try {
-          bytes = bytesOf(e.data);
-        } catch (_) {
-          return; // not base64: never from our server
-        }
-        if (carry) {
-          const joined = new Uint8Array(carry.length + bytes.length);
-          joined.set(carry);
-          joined.set(bytes, carry.length);
-          bytes = joined;
-        }
-        const cut = cutLength(bytes);
-        carry = cut ? bytes.slice(bytes.length - cut) : null;
-        if (bytes.length > cut) term.write(bytes.subarray(0, bytes.length - cut));
+        let bytes = atelierStream.bytes(e.data);
+        if (!bytes) return;
+        // The bytes of a character an out event left unfinished wait for
+        // the next one: xterm drops a character it gets in two writes
+        // whose first ends on a 0x80 byte.
+        bytes = atelierStream.joined(carry, bytes);
+        const whole = atelierStream.wholeLength(bytes);
+        carry = whole < bytes.length ? bytes.slice(whole) : null;
+        if (whole) term.write(bytes.subarray(0, whole));
       });
       es.addEventListener("gap", (e) => {
         heard(e);
