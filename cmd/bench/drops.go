@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"atelier/testrig/chromium"
@@ -311,30 +309,21 @@ func (b *bench) ttydDropTerminal(browser context.Context) (t *dropTerminal, whyN
 		return nil, err.Error()
 	}
 	t = &dropTerminal{name: "ttyd", net: proxy, close: func() { cancel(); proxy.Close(); srv.stop() }}
-	// The credential goes with every request the page makes, as a browser
-	// that was asked for it once sends it.
-	err = chromedp.Do(tab, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
-			return err
-		}
-		_, err := cdp.Call(ctx, tg, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
-			Headers: network.Headers{"Authorization": "Basic " + srv.token}})
-		return err
-	}))
-	if err != nil {
-		t.close()
-		return nil, "its page could not be given the credential: " + err.Error()
-	}
 	if t.page, err = termdrop.Prepare(tab, termdrop.TTYD); err != nil {
 		t.close()
 		return nil, err.Error()
 	}
 	t.ty = termdrop.NewTypist(t.page)
 	// Each load is a new WebSocket, and ttyd starts a new shell for each.
+	// The credential is in the address: ttyd asks for it (401), and the
+	// browser keeps it for the origin and sends it with the WebSocket's
+	// handshake too, as a person's browser does once they typed it. Headers
+	// added through DevTools reach the page's requests but not that
+	// handshake (Chromium 156), which ttyd then refused.
 	t.open = func() error {
 		ctx, cancel := context.WithTimeout(tab, loadWithin.Duration())
 		defer cancel()
-		if err := chromedp.Do(ctx, chromedp.Navigate(proxy.URL()+"/")); err != nil {
+		if err := chromedp.Do(ctx, chromedp.Navigate("http://"+srv.credential+"@"+proxy.Addr()+"/")); err != nil {
 			return fmt.Errorf("bench: load ttyd's page: %w", err)
 		}
 		return t.page.Ready(loadWithin)

@@ -97,9 +97,10 @@ func lastLine(s string) string {
 // ttydServer is a running ttyd serving bash in a folder, behind a
 // credential, as a person's terminal is behind their sign-in.
 type ttydServer struct {
-	cmd   *exec.Cmd
-	addr  string
-	token string // what the browser page sends: base64 of user:password
+	cmd        *exec.Cmd
+	addr       string
+	token      string // what the browser page sends: base64 of user:password
+	credential string // user:password
 }
 
 // startTTYD starts ttyd serving bash in dir, each of clientOptions
@@ -123,7 +124,7 @@ func startTTYD(bin, dir string, logw io.Writer, clientOptions ...string) (*ttydS
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench: start ttyd: %w", err)
 	}
-	s := &ttydServer{cmd: cmd, addr: addr, token: base64.StdEncoding.EncodeToString([]byte(credential))}
+	s := &ttydServer{cmd: cmd, addr: addr, credential: credential, token: base64.StdEncoding.EncodeToString([]byte(credential))}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
