@@ -358,20 +358,36 @@ func answerDoesNotWaitForTheMeter(t *testing.T, h *harness) {
 		}
 	}
 
+	// Four settlings may be under way (workbench's settlingsUnderWay);
+	// the next command waits for them, so they never pile up.
 	release := holdPaidTail(t, h, id)
-	answeredAtOnce("echo answered")
-	answeredAtOnce("echo the month has room")
+	for i := range 4 {
+		answeredAtOnce("echo the month has room " + strconv.Itoa(i))
+	}
+	fifth := make(chan *http.Response, 1)
+	go func() {
+		_, res := owner.run(base, "echo fifth", "")
+		fifth <- res
+	}()
 	listed := make(chan *http.Response, 1)
 	go func() { listed <- owner.get(base+"/commands", jsonAccept) }()
 	select {
+	case res := <-fifth:
+		t.Fatalf("a fifth command was answered with four settlings under way: %d %s", res.StatusCode, readBody(res))
 	case res := <-listed:
-		t.Fatalf("the history answered before the command's time was settled: %d %s", res.StatusCode, readBody(res))
+		t.Fatalf("the history answered before the commands' time was settled: %d %s", res.StatusCode, readBody(res))
 	case <-time.After(300 * time.Millisecond):
 	}
 	release()
-	hist := decode[history](t, <-listed)
-	if hist.Usage.Reserved != 0 || len(hist.Commands) != 3 {
-		t.Fatalf("the history after the settling: %+v", hist)
+	if res := <-fifth; res.StatusCode != http.StatusOK {
+		t.Fatalf("the fifth command once the settlings ended: %d %s", res.StatusCode, readBody(res))
+	}
+	if hist := decode[history](t, <-listed); hist.Usage.Used == 0 || len(hist.Commands) < 5 {
+		t.Fatalf("the history after the settlings: %+v", hist)
+	}
+	hist := decode[history](t, owner.get(base+"/commands", jsonAccept))
+	if hist.Usage.Reserved != 0 || len(hist.Commands) != 6 {
+		t.Fatalf("the history after the fifth command: %+v", hist)
 	}
 
 	// A month with room for one more command once the earlier one is

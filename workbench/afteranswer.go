@@ -14,8 +14,9 @@ import (
 // or is refused against a reservation its command no longer needs) nor
 // for its audit row (keyed by session: the session's history waits, and
 // its next audit row, so rows keep the commands' order). Close waits for
-// every one. Each ends within its statements' own timeout, and a key has
-// at most those of the commands that ended before its next waiter came.
+// every one. Each ends within its statements' own timeout; a session has
+// at most one row under way, and a project at most settlingsUnderWay
+// settlings (its next reservation waits past that).
 type afterAnswer[K comparable] struct {
 	mu      sync.Mutex
 	pending map[K]*underWay
@@ -80,11 +81,14 @@ func (s *afterAnswer[K]) wait(ctx context.Context, key K) error {
 	return waitFor(ctx, done)
 }
 
-// busy reports whether key has work under way.
-func (s *afterAnswer[K]) busy(key K) bool {
+// underWay is how much work of key's is under way.
+func (s *afterAnswer[K]) underWay(key K) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.pending[key] != nil
+	if p := s.pending[key]; p != nil {
+		return p.n
+	}
+	return 0
 }
 
 // waitAll returns once no work is under way, or ctx ends. Work may begin

@@ -167,14 +167,25 @@ func (r *Runtime) RunCommand(ctx context.Context, session Session, command, fold
 // waits for but the session's history and Close.
 const auditTimeout = 30 * time.Second
 
+// settlingsUnderWay bounds the settlings a project's commands leave
+// under way: past it, the next command waits for them, so a database slow
+// to settle cannot pile them up.
+const settlingsUnderWay = 4
+
 // reserve holds sandbox time for a command of project. A month the
 // project's earlier commands still hold, unsettled, may refuse it; it is
 // then asked again once they are settled, so the command is weighed
-// against what they used, not what they held. Only then: a command does
-// not wait for the settling of the one before it when the month has room.
+// against what they used, not what they held. Only then, or past
+// settlingsUnderWay: a command does not wait for the settling of the one
+// before it when the month has room.
 func (r *Runtime) reserve(ctx context.Context, project int64) (*meter.Reservation, error) {
+	if r.settles.underWay(project) >= settlingsUnderWay {
+		if err := r.settles.wait(ctx, project); err != nil {
+			return nil, err
+		}
+	}
 	reserved, err := r.sb.Meter.Reserve(ctx, project, r.sb.Instance)
-	if errors.Is(err, meter.ErrCap) && r.settles.busy(project) {
+	if errors.Is(err, meter.ErrCap) && r.settles.underWay(project) > 0 {
 		if err := r.settles.wait(ctx, project); err != nil {
 			return nil, err
 		}
