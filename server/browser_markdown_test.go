@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"testing"
 
@@ -63,9 +64,9 @@ func TestBrowserMarkdown(t *testing.T) {
 	quiet("the README")
 
 	err = do(ctx,
-		chromedp.Click(chromedp.CSS(`#viewer .markdown a[href*="guide.md"]`)),
+		clickWhenThere(`#viewer .markdown a[href*="guide.md"]`),
 		showsText(`#viewer article.file .markdown h1`, "The guide"),
-		chromedp.Click(chromedp.CSS(`#viewer .markdown-toggle [data-view=source]`)),
+		clickWhenThere(`#viewer .markdown-toggle [data-view=source]`),
 		showsText(`#viewer article.file .highlight`, "# The guide"),
 	)
 	if err != nil {
@@ -80,13 +81,21 @@ func TestBrowserMarkdown(t *testing.T) {
 	err = do(ctx,
 		chromedp.Reload(),
 		shows(`#viewer article.file .highlight`),
-		chromedp.Click(chromedp.CSS(`#viewer .markdown-toggle [data-view=rendered]`)),
+		clickWhenThere(`#viewer .markdown-toggle [data-view=rendered]`),
 		showsText(`#viewer article.file .markdown h1`, "The guide"),
-		chromedp.Click(chromedp.CSS(`#viewer .markdown a`)),
+		clickWhenThere(`#viewer .markdown a`),
 		shows(`#viewer article.file[data-path="README.md"] .markdown h1`),
 	)
 	if err != nil {
 		t.Fatalf("back to the rendering and the README: %v; the page has %s", err, pageState(ctx))
 	}
 	quiet("the README opened as a file")
+}
+
+// clickWhenThere clicks the first element sel matches once there is one,
+// in the page: the viewer swaps its content as files open, and a click
+// through DevTools may find the node it looked up gone ("Could not find
+// node with given id").
+func clickWhenThere(sel string) chromedp.Action[chromedp.Void] {
+	return untilPage(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()`, sel))
 }
