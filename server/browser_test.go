@@ -451,6 +451,11 @@ func browserTerminal(t *testing.T, h *harness) {
 	before := waitScreen("the mixed output", func(s string) bool { return strings.Contains(s, mixed) })
 
 	location, _ := chromedp.Run(ctx, chromedp.Location())
+	// Every key acknowledged first: a page with keys unsent asks before it
+	// is left, and that question would hold the reload.
+	if err := do(ctx, untilPage(`!Object.keys(sessionStorage).some((k) => k.startsWith("atelier.terminal-input."))`)); err != nil {
+		t.Fatalf("keys still unsent before the reload: %v", err)
+	}
 	// xterm paints only while its pane is on screen, so scroll to it as a
 	// person would.
 	if err := do(ctx, chromedp.Navigate(location), chromedp.WaitVisible(css(`#terminal-tabs button`)), chromedp.ScrollIntoView(css(`#terminal-panes`))); err != nil {
